@@ -1,0 +1,395 @@
+// Package testcluster runs a real etcd and kube-apiserver, built by
+// hack/kube, as child processes on loopback, for tests and for the local demo.
+package testcluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BinDirEnv names the environment variable that points at the folder holding
+// kube-apiserver and etcd. Without it the repository's bin/ is used.
+const BinDirEnv = "WATCHCACHE_KUBE_BIN"
+
+// BuildHint says how to get the binaries; it ends every "missing" message.
+const BuildHint = "build them with `make kube-bin` (hack/kube/build.sh, about 8 minutes the first time) or point " + BinDirEnv + " at a folder that holds them"
+
+// Options configure a Cluster. The zero value is usable.
+type Options struct {
+	// BinDir holds kube-apiserver and etcd; default: FindBinDir().
+	BinDir string
+	// Dir receives certificates, etcd data and process logs; default: a new
+	// temporary folder.
+	Dir string
+	// APIServerFlags are added to the first apiserver's flags (later ones
+	// win), e.g. "--request-timeout=2m".
+	APIServerFlags []string
+	// Port of the first apiserver; default: a free one.
+	Port int
+}
+
+// Cluster is one etcd and one or more kube-apiservers that share it.
+type Cluster struct {
+	dir        string
+	bin        string
+	adminToken string
+	pki        *pki
+	etcd       *process
+	etcdURL    string
+
+	mu         sync.Mutex
+	apiservers []*APIServer
+}
+
+// APIServer is one kube-apiserver process with its own watch cache.
+type APIServer struct {
+	c     *Cluster
+	index int
+	port  int
+	flags []string
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// FindBinDir returns $WATCHCACHE_KUBE_BIN, or the bin/ folder of the
+// repository that holds the working directory.
+func FindBinDir() (string, error) {
+	if d := os.Getenv(BinDirEnv); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "kube", "build.sh")); err == nil {
+			return filepath.Join(dir, "bin"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no repository with hack/kube/build.sh above the working directory; set %s", BinDirEnv)
+		}
+		dir = parent
+	}
+}
+
+// CheckBinaries returns an error that names each missing binary and says how
+// to build it.
+func CheckBinaries(binDir string) error {
+	var missing []string
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		if fi, err := os.Stat(filepath.Join(binDir, name)); err != nil || fi.Mode()&0o111 == 0 {
+			missing = append(missing, filepath.Join(binDir, name))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("control-plane binaries missing: %s; %s", strings.Join(missing, ", "), BuildHint)
+	}
+	return nil
+}
+
+// New starts etcd and one kube-apiserver and waits until both are ready.
+// On error nothing is left running.
+func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	bin := opts.BinDir
+	if bin == "" {
+		if bin, err = FindBinDir(); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckBinaries(bin); err != nil {
+		return nil, err
+	}
+	dir := opts.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "testcluster-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token)}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	if c.pki, err = writePKI(dir, c.adminToken); err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
+	if err := c.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := c.addAPIServer(ctx, opts.Port, opts.APIServerFlags); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Dir is the folder with certificates, etcd data and the logs etcd.log and
+// apiserver-N.log.
+func (c *Cluster) Dir() string { return c.dir }
+
+// APIServer returns the first apiserver.
+func (c *Cluster) APIServer() *APIServer { return c.APIServers()[0] }
+
+// APIServers returns every apiserver started so far, in order.
+func (c *Cluster) APIServers() []*APIServer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*APIServer(nil), c.apiservers...)
+}
+
+// AdminConfig is a system:masters config for the first apiserver.
+func (c *Cluster) AdminConfig() *rest.Config { return c.APIServer().AdminConfig() }
+
+// AddAPIServer starts one more kube-apiserver on the same etcd; it has a
+// watch cache of its own.
+func (c *Cluster) AddAPIServer(ctx context.Context, extraFlags ...string) (*APIServer, error) {
+	return c.addAPIServer(ctx, 0, extraFlags)
+}
+
+func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []string) (*APIServer, error) {
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	a := &APIServer{c: c, index: len(c.apiservers), port: port}
+	c.apiservers = append(c.apiservers, a)
+	c.mu.Unlock()
+	a.flags = append([]string{
+		"--etcd-servers=" + c.etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.dir, fmt.Sprintf("apiserver-%d", a.index)),
+		"--tls-cert-file=" + c.pki.certFile,
+		"--tls-private-key-file=" + c.pki.keyFile,
+		"--token-auth-file=" + c.pki.tokensFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + c.pki.saKeyFile,
+		"--service-account-signing-key-file=" + c.pki.saKeyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		// Loopback cannot be advertised through the endpoints reconciler.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+	}, extraFlags...)
+	return a, a.Start(ctx)
+}
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	c.etcd = &process{
+		name: "etcd",
+		path: filepath.Join(c.bin, "etcd"),
+		args: []string{
+			"--name=default",
+			"--data-dir=" + filepath.Join(c.dir, "etcd"),
+			"--listen-client-urls=" + c.etcdURL,
+			"--advertise-client-urls=" + c.etcdURL,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=default=" + peerURL,
+			// Test data: durability is not worth an fsync per write.
+			"--unsafe-no-fsync",
+		},
+		logPath: filepath.Join(c.dir, "etcd.log"),
+	}
+	if err := c.etcd.start(); err != nil {
+		return err
+	}
+	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
+}
+
+// Stop stops every apiserver, then etcd. The folder stays; RemoveDir removes it.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, a := range c.APIServers() {
+		errs = append(errs, a.Stop())
+	}
+	if c.etcd != nil {
+		errs = append(errs, c.etcd.stop(10*time.Second))
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveDir removes the cluster's folder; call it after Stop.
+func (c *Cluster) RemoveDir() error { return os.RemoveAll(c.dir) }
+
+// URL is the apiserver's https address.
+func (a *APIServer) URL() string { return fmt.Sprintf("https://127.0.0.1:%d", a.port) }
+
+// Name is apiserver-N, the name of its log file without ".log".
+func (a *APIServer) Name() string { return fmt.Sprintf("apiserver-%d", a.index) }
+
+// LogPath is the file that receives the apiserver's output across restarts.
+func (a *APIServer) LogPath() string { return filepath.Join(a.c.dir, a.Name()+".log") }
+
+// AdminConfig is a system:masters config for this apiserver.
+func (a *APIServer) AdminConfig() *rest.Config {
+	return &rest.Config{
+		Host:            a.URL(),
+		BearerToken:     a.c.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: a.c.pki.caPEM},
+	}
+}
+
+// Start starts the apiserver and waits for /readyz; Restart is Stop then Start.
+func (a *APIServer) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc != nil && a.proc.running() {
+		return fmt.Errorf("%s is already running", a.Name())
+	}
+	a.proc = &process{
+		name:    a.Name(),
+		path:    filepath.Join(a.c.bin, "kube-apiserver"),
+		args:    a.flags,
+		logPath: a.LogPath(),
+	}
+	if err := a.proc.start(); err != nil {
+		return err
+	}
+	hc, err := rest.HTTPClientFor(a.AdminConfig())
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, a.proc, hc, a.URL()+"/readyz", a.c.adminToken, 90*time.Second)
+}
+
+// Stop stops the apiserver; etcd keeps its data.
+func (a *APIServer) Stop() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc == nil {
+		return nil
+	}
+	return a.proc.stop(15 * time.Second)
+}
+
+// Restart stops and starts the apiserver. Its watch cache is rebuilt from a
+// fresh list, so every resourceVersion from before is refused with 410.
+func (a *APIServer) Restart(ctx context.Context) error {
+	if err := a.Stop(); err != nil {
+		return err
+	}
+	return a.Start(ctx)
+}
+
+// ServiceAccountConfig creates the ServiceAccount ns/name if missing and
+// returns a config that authenticates with a fresh token of it.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, ns, name string) (*rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create serviceaccount %s/%s: %w", ns, name, err)
+	}
+	expiry := int64(24 * 3600)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token for serviceaccount %s/%s: %w", ns, name, err)
+	}
+	cfg := c.AdminConfig()
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
+// WriteKubeconfig writes cfg (host, CA, token) as a kubeconfig file.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["testcluster"] = &clientcmdapi.Cluster{
+		Server:                   cfg.Host,
+		CertificateAuthorityData: cfg.CAData,
+	}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["testcluster"] = &clientcmdapi.Context{Cluster: "testcluster", AuthInfo: "user", Namespace: "default"}
+	kc.CurrentContext = "testcluster"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// waitReady polls url until it answers 200, the process exits, or timeout.
+func waitReady(ctx context.Context, p *process, hc *http.Client, url, token string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var last string
+	for {
+		if done, err := p.exited(); done {
+			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.name, err, p.logPath)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, body)
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s (last answer: %s); see %s", p.name, timeout, last, p.logPath)
+		case <-tick.C:
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

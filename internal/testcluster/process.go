@@ -1,0 +1,98 @@
+package testcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// process is one control-plane binary run as a child of this process.
+type process struct {
+	name    string
+	path    string
+	args    []string
+	logPath string
+
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{} // closed when the process has exited
+	err  error         // exit status, valid after done
+}
+
+func (p *process) start() error {
+	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "=== %s %s: %s %q\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, p.args)
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// The kernel kills the child when this process dies, whatever the
+		// cause (test timeout panic, os.Exit, SIGKILL), so nothing outlives
+		// the test binary.
+		Pdeathsig: syscall.SIGKILL,
+		// Its own process group: a Ctrl-C reaches this process, which stops
+		// the child in order (apiserver before etcd) instead of racing it.
+		Setpgid: true,
+	}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.log, p.done, p.err = cmd, log, make(chan struct{}), nil
+	go func(done chan struct{}) {
+		p.err = cmd.Wait()
+		log.Close()
+		close(done)
+	}(p.done)
+	return nil
+}
+
+func (p *process) running() bool {
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM, and SIGKILL if the process has not exited after grace.
+func (p *process) stop(grace time.Duration) error {
+	if p.done == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.name, err)
+	}
+	<-p.done
+	return nil
+}
+
+// exited reports the exit status when the process has ended.
+func (p *process) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
