@@ -1,0 +1,40 @@
+# watchcache-exporter. `make demo` runs it against a local real control plane;
+# `make test` runs every test, the real-apiserver ones included.
+
+GO      ?= go
+PKG     := github.com/prometheus/common/version
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+REVISION?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BRANCH  ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PKG).Branch=$(BRANCH) \
+           -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
+export CGO_ENABLED ?= 0
+
+.PHONY: all build kube-bin demo test vet fmt-check clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/watchcache-exporter ./cmd/watchcache-exporter
+
+# The pinned kube-apiserver and etcd, built once per machine into bin/.
+kube-bin:
+	./hack/kube/build.sh
+
+demo: kube-bin build
+	$(GO) build -o bin/demo ./hack/demo
+	./bin/demo $(ARGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+# -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
+# into a failure instead of a skip.
+test: kube-bin fmt-check vet
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 30m ./...
+
+clean:
+	rm -rf bin .demo
