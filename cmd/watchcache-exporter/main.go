@@ -100,4 +100,3 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	return c, nil
 }
-
