@@ -5,14 +5,26 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/watchcache/watchcache-exporter/load"
 )
 
 // config is everything the command line sets.
 type config struct {
 	kubeconfig    string
+	namespace     string
+	quietName     string
+	noisePrefix   string
+	loadRate      float64
+	loadMaxRate   float64
+	loadObjects   int
+	probeInterval time.Duration
 	listenAddress string
 	telemetryPath string
 	webConfigFile string
@@ -31,6 +43,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: in-cluster config, then the usual kubeconfig rules ($KUBECONFIG, ~/.kube/config).")
+	fs.StringVar(&c.namespace, "namespace", defaultNamespace(), "Namespace of the exporter's ConfigMaps. Default: $POD_NAMESPACE, then default.")
+	fs.StringVar(&c.quietName, "quiet.name", "watchcache-quiet", "Name of the quiet ConfigMap that the watchers watch and the expiry cycles touch.")
+	fs.StringVar(&c.noisePrefix, "noise.prefix", "watchcache-noise-", "Name prefix of the noise ConfigMaps (<prefix>0, <prefix>1, ...).")
+	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
+	fs.Float64Var(&c.loadMaxRate, "load.max-rate", 500, "Hard cap on --load.rate, writes per second.")
+	fs.IntVar(&c.loadObjects, "load.objects", 8, "Number of noise ConfigMaps the load is spread over (one hot object collapses under concurrent patches).")
+	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
 	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file (TLS and basic auth).")
@@ -48,6 +67,27 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c config) validate() error {
 	var errs []error
+	if msgs := validation.IsDNS1123Label(c.namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--namespace=%q: %s", c.namespace, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.quietName); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--quiet.name=%q: %s", c.quietName, strings.Join(msgs, "; ")))
+	}
+	// The longest noise name must be a valid name too.
+	if msgs := validation.IsDNS1123Subdomain(c.noisePrefix + strconv.Itoa(max(c.loadObjects-1, 0))); c.noisePrefix == "" || len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--noise.prefix=%q: does not make valid ConfigMap names: %s", c.noisePrefix, strings.Join(msgs, "; ")))
+	}
+	if c.noisePrefix != "" && strings.HasPrefix(c.quietName, c.noisePrefix) {
+		if _, err := strconv.Atoi(strings.TrimPrefix(c.quietName, c.noisePrefix)); err == nil {
+			errs = append(errs, fmt.Errorf("--quiet.name=%q is one of the noise objects of --noise.prefix=%q", c.quietName, c.noisePrefix))
+		}
+	}
+	if err := c.loadConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.probeInterval < 100*time.Millisecond || c.probeInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("--probe.interval=%s: must be between 100ms and 1m", c.probeInterval))
+	}
 	if c.listenAddress == "" {
 		errs = append(errs, errors.New("--web.listen-address must not be empty"))
 	}
@@ -71,4 +111,21 @@ func (c config) validate() error {
 		errs = append(errs, fmt.Errorf("--log.format=%q: want json or text", c.logFormat))
 	}
 	return errors.Join(errs...)
+}
+
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+func (c config) loadConfig() load.Config {
+	return load.Config{
+		Namespace: c.namespace,
+		Prefix:    c.noisePrefix,
+		Objects:   c.loadObjects,
+		Rate:      c.loadRate,
+		MaxRate:   c.loadMaxRate,
+	}
 }

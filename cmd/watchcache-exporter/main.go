@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/load"
 )
 
 const name = "watchcache-exporter"
@@ -61,15 +66,31 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return err
 	}
 	restCfg.UserAgent = name + "/" + version.Version
-	cs, err := kubernetes.NewForConfig(restCfg)
+	// The measurement makes about four requests per probe interval; the
+	// load has a client of its own, sized to its cap.
+	measureCfg := rest.CopyConfig(restCfg)
+	measureCfg.QPS, measureCfg.Burst = 20, 40
+	loadCfg := rest.CopyConfig(restCfg)
+	loadCfg.QPS, loadCfg.Burst = load.ClientQPS(cfg.loadMaxRate)
+	cs, err := kubernetes.NewForConfig(measureCfg)
 	if err != nil {
 		return err
 	}
+	loadCS, err := kubernetes.NewForConfig(loadCfg)
+	if err != nil {
+		return err
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		return fmt.Errorf("apiserver %s unreachable: %w", restCfg.Host, err)
 	}
 	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion)
+	if err := checkAccess(startCtx, cs, cfg.namespace, neededAccess(cfg)); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -77,11 +98,61 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	mux, err := newMux(cfg, reg, func() error { return nil })
+	clock := collector.NewRVClock(1<<16, 10*time.Millisecond)
+	col, err := collector.New(collector.Config{
+		Namespace:     cfg.namespace,
+		QuietName:     cfg.quietName,
+		ProbeInterval: cfg.probeInterval,
+	}, cs, clock, reg, log.WithName("collector"), time.Now)
 	if err != nil {
 		return err
 	}
-	return listenAndServe(ctx, cfg, mux, slogger)
+	writer, err := load.NewWriter(cfg.loadConfig(), loadCS, clock, reg, log.WithName("load"), time.Now)
+	if err != nil {
+		return err
+	}
+	mux, err := newMux(cfg, reg, col.Ready)
+	if err != nil {
+		return err
+	}
+
+	// Shutdown order: the load stops first, then the watches close, then
+	// the owned objects are deleted, and the HTTP server stops last.
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	measureCtx, stopMeasure := context.WithCancel(context.Background())
+	defer stopMeasure()
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	loadDone, measureDone, httpDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { defer close(loadDone); writer.Run(loadCtx) }()
+	go func() { defer close(measureDone); col.Run(measureCtx) }()
+	go func() { httpDone <- listenAndServe(httpCtx, cfg, mux, slogger) }()
+
+	var httpErr error
+	httpEnded := false
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case httpErr = <-httpDone:
+		httpEnded = true
+	}
+	stopLoad()
+	<-loadDone
+	stopMeasure()
+	<-measureDone
+	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelCleanup()
+	if err := errors.Join(writer.Cleanup(cleanupCtx), col.Cleanup(cleanupCtx)); err != nil {
+		log.Error(err, "deleting the exporter's ConfigMaps; delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", cfg.namespace)
+	} else {
+		log.Info("deleted the exporter's ConfigMaps", "namespace", cfg.namespace)
+	}
+	stopHTTP()
+	if !httpEnded {
+		httpErr = <-httpDone
+	}
+	return httpErr
 }
 
 // restConfig loads --kubeconfig, or else the in-cluster config, or else the

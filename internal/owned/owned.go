@@ -1,0 +1,101 @@
+// Package owned creates, patches and deletes the ConfigMaps the exporter
+// owns. Each carries app.kubernetes.io/managed-by=watchcache-exporter, so that
+// an operator can find (and, if the exporter was killed, delete) them.
+package owned
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Labels of every owned object.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "watchcache-exporter"
+	ComponentLabel = "app.kubernetes.io/component"
+)
+
+// Roles, the value of ComponentLabel.
+const (
+	RoleQuiet = "quiet"
+	RoleNoise = "noise"
+)
+
+// ManagedBySelector selects every owned object.
+const ManagedBySelector = ManagedByLabel + "=" + ManagedBy
+
+func newConfigMap(ns, name, role string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: ns,
+			Labels:    map[string]string{ManagedByLabel: ManagedBy, ComponentLabel: role},
+			Annotations: map[string]string{
+				"watchcache-exporter/purpose": "Written by watchcache-exporter to measure the kube-apiserver watch cache; deleted when it stops.",
+			},
+		},
+	}
+}
+
+// Ensure gets ns/name, creating it when missing. created says whether it did.
+func Ensure(ctx context.Context, c kubernetes.Interface, ns, name, role string) (rv uint64, created bool, err error) {
+	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm, err = c.CoreV1().ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // created meanwhile by someone else
+			cm, err = c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		} else if err == nil {
+			created = true
+		}
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	rv, err = ParseRV(cm.ResourceVersion)
+	return rv, created, err
+}
+
+// SetKey merge-patches data[key]=value into ns/name and returns the new RV.
+// It does not retry: a 429 or 5xx comes back to the caller, which decides
+// when to try again (client-go would otherwise retry 429s by itself, hiding
+// the throttling that we want to count).
+func SetKey(ctx context.Context, c kubernetes.Interface, ns, name, key, value string) (uint64, error) {
+	patch := []byte(`{"data":{` + strconv.Quote(key) + `:` + strconv.Quote(value) + `}}`)
+	var cm corev1.ConfigMap
+	err := c.CoreV1().RESTClient().Patch(types.MergePatchType).
+		Namespace(ns).Resource("configmaps").Name(name).
+		Body(patch).MaxRetries(0).Do(ctx).Into(&cm)
+	if err != nil {
+		return 0, err
+	}
+	return ParseRV(cm.ResourceVersion)
+}
+
+// Delete deletes the named ConfigMaps of ns; missing ones are no error.
+func Delete(ctx context.Context, c kubernetes.Interface, ns string, names ...string) error {
+	var errs []error
+	for _, name := range names {
+		if err := c.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete configmap %s/%s: %w", ns, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseRV reads a resourceVersion. The apiserver's RVs are etcd revisions;
+// the API calls them opaque, so anything else is an error worth seeing.
+func ParseRV(s string) (uint64, error) {
+	rv, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q is not a number: %w", s, err)
+	}
+	return rv, nil
+}
