@@ -112,6 +112,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.watchOpen.WithLabelValues(w)
 		m.relists.WithLabelValues(w)
 	}
+	for _, r := range []string{OK.String(), Expired.String(), Error.String(), "none"} {
+		m.cycles.WithLabelValues(r)
+	}
 	for _, from := range []string{FromStale, FromBookmark} {
 		for _, r := range []Outcome{OK, Expired, Error} {
 			m.reconnects.WithLabelValues(from, r.String())

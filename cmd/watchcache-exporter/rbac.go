@@ -36,7 +36,8 @@ func neededAccess(cfg config) []access {
 // authenticated user may create) whether each needed request is allowed, and
 // returns an error naming each one that is not.
 func checkAccess(ctx context.Context, cs kubernetes.Interface, ns string, needed []access) error {
-	var denied []string
+	var verbs []string // in order of first denial
+	denied := map[string][]string{}
 	for _, a := range needed {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -47,15 +48,26 @@ func checkAccess(ctx context.Context, cs kubernetes.Interface, ns string, needed
 			return fmt.Errorf("checking RBAC (create selfsubjectaccessreviews.authorization.k8s.io): %w", err)
 		}
 		if !r.Status.Allowed {
-			what := fmt.Sprintf("%s configmaps", a.verb)
-			if a.name != "" {
-				what += fmt.Sprintf(" %q", a.name)
+			if _, ok := denied[a.verb]; !ok {
+				verbs = append(verbs, a.verb)
 			}
-			denied = append(denied, what)
+			if a.name != "" {
+				denied[a.verb] = append(denied[a.verb], a.name)
+			} else {
+				denied[a.verb] = denied[a.verb][:0:0]
+			}
 		}
 	}
-	if len(denied) > 0 {
-		return errors.New("RBAC denies " + strings.Join(denied, ", ") + " in namespace " + ns + " (see deploy/ for the Role it needs)")
+	if len(verbs) == 0 {
+		return nil
 	}
-	return nil
+	var parts []string
+	for _, v := range verbs {
+		p := v + " configmaps"
+		if names := denied[v]; len(names) > 0 {
+			p += " " + strings.Join(names, ",")
+		}
+		parts = append(parts, p)
+	}
+	return errors.New("RBAC denies " + strings.Join(parts, "; ") + " in namespace " + ns + " (deploy/ has the Role it needs)")
 }
