@@ -46,7 +46,7 @@ const farTooOldRV = "1"
 type Collector struct {
 	cfg    Config
 	client kubernetes.Interface
-	clock  *RVClock
+	hist   *History
 	m      *Metrics
 	log    logr.Logger
 	errLog *ratelog.Logger
@@ -65,9 +65,10 @@ type Collector struct {
 	}
 }
 
-// New builds a Collector. clock is shared with the load writer, whose
-// patches teach it when each RV was written.
-func New(cfg Config, client kubernetes.Interface, clock *RVClock, reg prometheus.Registerer, log logr.Logger, now func() time.Time) (*Collector, error) {
+// New builds a Collector of one apiserver, which client reaches. hist is
+// shared with the load writer, whose patches teach it when each RV was
+// written, and with the Collectors of other apiservers.
+func New(cfg Config, client kubernetes.Interface, hist *History, reg prometheus.Registerer, log logr.Logger, now func() time.Time) (*Collector, error) {
 	if cfg.ProbeInterval <= 0 {
 		return nil, errors.New("probe interval must be positive")
 	}
@@ -86,7 +87,7 @@ func New(cfg Config, client kubernetes.Interface, clock *RVClock, reg prometheus
 	c := &Collector{
 		cfg:    cfg,
 		client: client,
-		clock:  clock,
+		hist:   hist,
 		m:      NewMetrics(reg),
 		log:    log,
 		errLog: ratelog.New(log, 30*time.Second, now),
@@ -111,7 +112,7 @@ func New(cfg Config, client kubernetes.Interface, clock *RVClock, reg prometheus
 func (c *Collector) observeBookmark(rv uint64, at time.Time) {
 	c.latestBookmarkRV.Store(rv)
 	// A BOOKMARK carries the cache's RV as of now: a point for the clock.
-	c.clock.Observe(rv, at)
+	c.hist.Observe(rv, at)
 }
 
 // ensureQuiet gets quiet, creating it again when it is missing (somebody
@@ -216,7 +217,7 @@ func (c *Collector) startCycle(ctx context.Context) bool {
 	}
 	t0 := c.now()
 	c.m.quietTouches.Inc()
-	c.clock.Observe(rv, t0)
+	c.hist.ObserveWrite(rv, t0)
 	c.cycle.active, c.cycle.r0, c.cycle.t0 = true, rv, t0
 	c.m.distanceLive.Set(nan)
 	c.log.V(1).Info("expiry cycle started", "resourceVersion", rv)
@@ -262,6 +263,7 @@ func (c *Collector) recordWindow(r ProbeResult) {
 		c.m.windowRVs.Set(nan)
 		c.m.oldestRV.Set(nan)
 		c.m.distanceLive.Set(nan)
+		c.m.estimatedCapacity.Set(nan)
 		return
 	}
 	oldest := r.Refusal.Oldest
@@ -269,12 +271,13 @@ func (c *Collector) recordWindow(r ProbeResult) {
 	if c.cycle.active {
 		c.m.distanceLive.Set(float64(oldest) - float64(c.cycle.r0))
 	}
-	if newest, _, ok := c.clock.Newest(); ok && newest >= oldest {
+	c.m.estimatedCapacity.Set(float64(c.hist.OwnWritesAfter(oldest)))
+	if newest, _, ok := c.hist.Clock.Newest(); ok && newest >= oldest {
 		c.m.newestRV.Set(float64(newest))
 		c.m.windowRVs.Set(float64(newest - oldest))
 	}
 	// The cache's oldest event is oldest+1.
-	if written, ok := c.clock.TimeOf(oldest + 1); ok {
+	if written, ok := c.hist.Clock.TimeOf(oldest + 1); ok {
 		c.m.windowSeconds.Set(r.At.Sub(written).Seconds())
 	} else {
 		c.m.windowSeconds.Set(nan)
@@ -318,7 +321,5 @@ func (c *Collector) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Cleanup deletes the quiet ConfigMap.
-func (c *Collector) Cleanup(ctx context.Context) error {
-	return owned.Delete(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName)
-}
+// Unregister removes this Collector's series.
+func (c *Collector) Unregister() { c.m.Unregister() }

@@ -57,12 +57,17 @@ type Metrics struct {
 	apiErrors         *prometheus.CounterVec
 	quietRecreations  prometheus.Counter
 	quietTouches      prometheus.Counter
+	estimatedCapacity prometheus.Gauge
+
+	registered *recordingRegisterer
 }
 
 // NewMetrics registers the collector's series on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	rec := &recordingRegisterer{Registerer: reg}
+	f := promauto.With(rec)
 	m := &Metrics{
+		registered: rec,
 		firstBookmark: f.NewHistogram(histogram("first_bookmark_seconds",
 			"Time from opening the bookmark watch to its first BOOKMARK event.", bookmarkBuckets)),
 		firstBookmarkLast: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "first_bookmark_seconds_last",
@@ -107,6 +112,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times the quiet ConfigMap was found deleted and created again."}),
 		quietTouches: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "quiet_touches_total",
 			Help: "Patches of the quiet ConfigMap, one at the start of each expiry cycle."}),
+		estimatedCapacity: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "estimated_capacity_events",
+			Help: "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."}),
 	}
 	for _, w := range []string{WatcherPlain, WatcherBookmarks} {
 		m.watchOpen.WithLabelValues(w)
@@ -120,8 +127,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.reconnects.WithLabelValues(from, r.String())
 		}
 	}
+	m.estimatedCapacity.Set(nan)
 	m.windowSeconds.Set(nan)
 	m.windowRVs.Set(nan)
 	m.distanceLive.Set(nan)
 	return m
+}
+
+// Unregister removes every series of these metrics, for an apiserver that
+// is gone.
+func (m *Metrics) Unregister() {
+	for _, c := range m.registered.collectors {
+		m.registered.Unregister(c)
+	}
+}
+
+// recordingRegisterer remembers what it registered, for Unregister.
+type recordingRegisterer struct {
+	prometheus.Registerer
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.collectors = append(r.collectors, c)
+	return nil
+}
+
+func (r *recordingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
 }

@@ -29,9 +29,9 @@ type Config struct {
 	// Prefix of the noise ConfigMaps' names: <prefix>0 .. <prefix>N-1.
 	Prefix  string
 	Objects int
-	// Rate in writes/s; 0 is passive mode: no writes at all.
-	Rate float64
-	// MaxRate is the hard cap that Rate must not pass.
+	// Schedule of write rates; rate 0 is passive: no writes at all.
+	Schedule Schedule
+	// MaxRate is the hard cap that no step may pass.
 	MaxRate float64
 }
 
@@ -41,11 +41,12 @@ func (c Config) Validate() error {
 	if c.MaxRate <= 0 || math.IsNaN(c.MaxRate) || math.IsInf(c.MaxRate, 0) {
 		errs = append(errs, fmt.Errorf("--load.max-rate=%v: must be a positive number of writes/s", c.MaxRate))
 	}
-	switch {
-	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		errs = append(errs, fmt.Errorf("--load.rate=%v: must be a number of writes/s, 0 or more (0: no load)", c.Rate))
-	case c.Rate > c.MaxRate:
-		errs = append(errs, fmt.Errorf("--load.rate=%v is above --load.max-rate=%v", c.Rate, c.MaxRate))
+	if err := c.Schedule.Validate(c.MaxRate); err != nil {
+		flag := "--load.schedule"
+		if c.Schedule.constant() {
+			flag = "--load.rate"
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", flag, err))
 	}
 	if c.Objects < 1 || c.Objects > 1000 {
 		errs = append(errs, fmt.Errorf("--load.objects=%d: must be between 1 and 1000", c.Objects))
@@ -123,26 +124,53 @@ func ClientQPS(maxRate float64) (qps float32, burst int) {
 	return float32(maxRate + 10), int(maxRate/10) + 20
 }
 
-// Run writes until ctx ends. In passive mode it returns at once.
+// Run writes until ctx ends, following the schedule. A schedule that never
+// writes returns at once.
 func (w *Writer) Run(ctx context.Context) {
-	w.target.Set(w.cfg.Rate)
-	if w.cfg.Rate == 0 {
+	sched := w.cfg.Schedule
+	peak := sched.Max()
+	if peak == 0 {
+		w.target.Set(0)
 		w.log.Info("passive mode: no load")
 		return
 	}
 	if !w.ensureObjects(ctx) {
 		return
 	}
-	// A burst of a tenth of a second keeps the load smooth.
-	limiter := rate.NewLimiter(rate.Limit(w.cfg.Rate), max(1, int(w.cfg.Rate/10)))
-	workers := Workers(w.cfg.Rate)
-	w.log.Info("load started", "writesPerSecond", w.cfg.Rate, "objects", len(w.names), "workers", workers)
+	limiter := rate.NewLimiter(0, 1)
+	gate := newGate()
+	workers := Workers(peak)
+	w.log.Info("load started", "schedule", sched.String(), "objects", len(w.names), "workers", workers)
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Go(func() { w.work(ctx, limiter) })
+		wg.Go(func() { w.work(ctx, gate, limiter) })
 	}
+	w.follow(ctx, sched, gate, limiter)
 	wg.Wait()
 	w.log.Info("load stopped", "writes", w.seq.Load())
+}
+
+// follow sets the limiter to each step of the schedule in turn.
+func (w *Writer) follow(ctx context.Context, sched Schedule, gate *gate, limiter *rate.Limiter) {
+	start := w.now()
+	for {
+		st, i, remaining := sched.At(w.now().Sub(start))
+		// A burst of a tenth of a second keeps the load smooth.
+		limiter.SetLimit(rate.Limit(st.Rate))
+		limiter.SetBurst(max(1, int(st.Rate/10)))
+		gate.set(st.Rate > 0)
+		w.target.Set(st.Rate)
+		if len(sched) > 1 {
+			w.log.Info("load step", "step", i+1, "of", len(sched), "writesPerSecond", st.Rate, "for", st.Duration)
+		}
+		if remaining == 0 {
+			<-ctx.Done()
+			return
+		}
+		if sleep(ctx, remaining) != nil {
+			return
+		}
+	}
 }
 
 // ensureObjects creates the missing noise objects, retrying until ctx ends.
@@ -163,8 +191,17 @@ func (w *Writer) ensureObjects(ctx context.Context) bool {
 	return true
 }
 
-func (w *Writer) work(ctx context.Context, limiter *rate.Limiter) {
-	for limiter.Wait(ctx) == nil {
+func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
+	for {
+		if gate.wait(ctx) != nil {
+			return
+		}
+		if err := limiter.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue // the rate fell to 0 meanwhile: back to the gate
+		}
 		n := w.seq.Add(1)
 		name := w.names[n%uint64(len(w.names))]
 		start := w.now()
@@ -210,7 +247,7 @@ func (w *Writer) failed(ctx context.Context, name string, err error) time.Durati
 
 // Cleanup deletes the noise objects.
 func (w *Writer) Cleanup(ctx context.Context) error {
-	if w.cfg.Rate == 0 {
+	if w.cfg.Schedule.Max() == 0 {
 		return nil
 	}
 	return owned.Delete(ctx, w.client, w.cfg.Namespace, w.names...)
@@ -224,5 +261,41 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// gate holds the workers while the schedule asks for no writes: a limiter at
+// rate 0 would fail their Wait instead of blocking it.
+type gate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while writes are allowed
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+func (g *gate) set(open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		if !open {
+			g.open = make(chan struct{})
+		}
+	default:
+		if open {
+			close(g.open)
+		}
+	}
+}
+
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

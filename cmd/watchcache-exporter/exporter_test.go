@@ -50,7 +50,7 @@ func TestArticle(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, out := runToExit(t, saCfg, "--namespace="+testNS)
-		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps; get configmaps watchcache-quiet,watchcache-noise-0,") {
+		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps in namespace "+testNS+"; get configmaps in namespace "+testNS+" (watchcache-quiet,watchcache-noise-0,") {
 			t.Errorf("without RBAC: exit %d, output %q; want 1 and the denied verbs", code, out)
 		}
 		gone := rest.CopyConfig(c.AdminConfig())

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/load"
 )
 
@@ -22,6 +23,10 @@ type config struct {
 	quietName     string
 	noisePrefix   string
 	loadRate      float64
+	loadSchedule  string
+	schedule      load.Schedule // from --load.rate or --load.schedule
+	historyWindow time.Duration
+	apiservers    string
 	loadMaxRate   float64
 	loadObjects   int
 	probeInterval time.Duration
@@ -47,9 +52,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.quietName, "quiet.name", "watchcache-quiet", "Name of the quiet ConfigMap that the watchers watch and the expiry cycles touch.")
 	fs.StringVar(&c.noisePrefix, "noise.prefix", "watchcache-noise-", "Name prefix of the noise ConfigMaps (<prefix>0, <prefix>1, ...).")
 	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
+	fs.StringVar(&c.loadSchedule, "load.schedule", "", "Write rates over time, repeated: steps rate:duration (40:5m,100:5m,40:5m) or a geometric sweep up and down (sweep:FROM:TO:STEPS:DURATION, e.g. sweep:10:400:6:3m). Replaces --load.rate.")
 	fs.Float64Var(&c.loadMaxRate, "load.max-rate", 500, "Hard cap on --load.rate, writes per second.")
 	fs.IntVar(&c.loadObjects, "load.objects", 8, "Number of noise ConfigMaps the load is spread over (one hot object collapses under concurrent patches).")
 	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
+	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
+	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
 	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file (TLS and basic auth).")
@@ -62,7 +70,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q: this command takes only flags", fs.Arg(0))
 	}
-	return c, c.validate()
+	var errs []error
+	c.schedule = load.Constant(c.loadRate)
+	if c.loadSchedule != "" {
+		if fs.Changed("load.rate") {
+			errs = append(errs, errors.New("--load.rate and --load.schedule: set one of them"))
+		}
+		s, err := load.ParseSchedule(c.loadSchedule)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--load.schedule=%q: %w", c.loadSchedule, err))
+		}
+		c.schedule = s
+	}
+	return c, errors.Join(append(errs, c.validate())...)
 }
 
 func (c config) validate() error {
@@ -82,8 +102,18 @@ func (c config) validate() error {
 			errs = append(errs, fmt.Errorf("--quiet.name=%q is one of the noise objects of --noise.prefix=%q", c.quietName, c.noisePrefix))
 		}
 	}
-	if err := c.loadConfig().Validate(); err != nil {
-		errs = append(errs, err)
+	if c.schedule != nil {
+		if err := c.loadConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.historyWindow < 75*time.Second {
+		errs = append(errs, fmt.Errorf("--apiserver.history-window=%s: the apiserver never keeps less than 75s", c.historyWindow))
+	}
+	if c.apiservers != "" && c.apiservers != "discover" {
+		if _, err := apiservers.ParseList(c.apiservers); err != nil {
+			errs = append(errs, fmt.Errorf("--apiservers: %w", err))
+		}
 	}
 	if c.probeInterval < 100*time.Millisecond || c.probeInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("--probe.interval=%s: must be between 100ms and 1m", c.probeInterval))
@@ -125,7 +155,7 @@ func (c config) loadConfig() load.Config {
 		Namespace: c.namespace,
 		Prefix:    c.noisePrefix,
 		Objects:   c.loadObjects,
-		Rate:      c.loadRate,
+		Schedule:  c.schedule,
 		MaxRate:   c.loadMaxRate,
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,8 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 	"github.com/watchcache/watchcache-exporter/load"
 )
 
@@ -66,8 +70,8 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return err
 	}
 	restCfg.UserAgent = name + "/" + version.Version
-	// The measurement makes about four requests per probe interval; the
-	// load has a client of its own, sized to its cap.
+	// The measurement makes about four requests per probe interval and
+	// apiserver; the load has a client of its own, sized to its cap.
 	measureCfg := rest.CopyConfig(restCfg)
 	measureCfg.QPS, measureCfg.Burst = 20, 40
 	loadCfg := rest.CopyConfig(restCfg)
@@ -88,7 +92,7 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return fmt.Errorf("apiserver %s unreachable: %w", restCfg.Host, err)
 	}
 	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion)
-	if err := checkAccess(startCtx, cs, cfg.namespace, neededAccess(cfg)); err != nil {
+	if err := checkAccess(startCtx, cs, neededAccess(cfg)); err != nil {
 		return err
 	}
 
@@ -98,35 +102,70 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	clock := collector.NewRVClock(1<<16, 10*time.Millisecond)
-	col, err := collector.New(collector.Config{
-		Namespace:     cfg.namespace,
-		QuietName:     cfg.quietName,
-		ProbeInterval: cfg.probeInterval,
-	}, cs, clock, reg, log.WithName("collector"), time.Now)
+	// Enough own writes for the largest cache (204800 events with a 135 s
+	// window); 2 MiB.
+	hist := collector.NewHistory(1 << 18)
+	writer, err := load.NewWriter(cfg.loadConfig(), loadCS, hist, reg, log.WithName("load"), time.Now)
 	if err != nil {
 		return err
 	}
-	writer, err := load.NewWriter(cfg.loadConfig(), loadCS, clock, reg, log.WithName("load"), time.Now)
-	if err != nil {
-		return err
-	}
-	mux, err := newMux(cfg, reg, col.Ready)
+	passive := cfg.schedule.Max() == 0
+	predictor := collector.NewPredictor(hist, cfg.historyWindow, passive, cfg.probeInterval, reg, log.WithName("model"), time.Now)
+	fleet := apiservers.NewFleet(func(ep apiservers.Endpoint) (apiservers.Measurement, error) {
+		epCfg := rest.CopyConfig(measureCfg)
+		epCfg.Host = ep.URL
+		if cfg.apiservers == "discover" && epCfg.ServerName == "" {
+			// Endpoints are IPs; the serving certificate names the Service.
+			epCfg.ServerName = "kubernetes.default.svc"
+		}
+		epCS, err := kubernetes.NewForConfig(epCfg)
+		if err != nil {
+			return nil, err
+		}
+		return collector.New(collector.Config{
+			Namespace:     cfg.namespace,
+			QuietName:     cfg.quietName,
+			ProbeInterval: cfg.probeInterval,
+		}, epCS, hist, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
+			log.WithName("collector").WithValues("apiserver", ep.ID), time.Now)
+	}, log.WithName("apiservers"))
+	mux, err := newMux(cfg, reg, fleet.Ready)
 	if err != nil {
 		return err
 	}
 
-	// Shutdown order: the load stops first, then the watches close, then
-	// the owned objects are deleted, and the HTTP server stops last.
+	// Shutdown order: the load stops first, then the measurements and their
+	// watches, then the owned objects are deleted, and the HTTP server
+	// stops last.
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
 	measureCtx, stopMeasure := context.WithCancel(context.Background())
 	defer stopMeasure()
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
-	loadDone, measureDone, httpDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() { defer close(loadDone); writer.Run(loadCtx) }()
-	go func() { defer close(measureDone); col.Run(measureCtx) }()
+	var loadWG, measureWG sync.WaitGroup
+	httpDone := make(chan error, 1)
+	loadWG.Go(func() { writer.Run(loadCtx) })
+	measureWG.Go(func() { predictor.Run(measureCtx) })
+	if cfg.schedule.Passive() {
+		errLog := ratelog.New(log.WithName("poll"), 30*time.Second, time.Now)
+		measureWG.Go(func() {
+			collector.PollResourceVersion(measureCtx, cs, cfg.namespace, cfg.quietName, cfg.probeInterval, hist, errLog, time.Now)
+		})
+	}
+	switch cfg.apiservers {
+	case "discover":
+		measureWG.Go(func() { apiservers.Discover(measureCtx, cs, fleet, log.WithName("apiservers")) })
+	case "":
+		u, err := url.Parse(restCfg.Host)
+		if err != nil {
+			return fmt.Errorf("kubeconfig server %q: %w", restCfg.Host, err)
+		}
+		fleet.Sync(measureCtx, []apiservers.Endpoint{{ID: apiservers.FromHost(u.Host).ID, URL: restCfg.Host}})
+	default:
+		eps, _ := apiservers.ParseList(cfg.apiservers) // validated with the flags
+		fleet.Sync(measureCtx, eps)
+	}
 	go func() { httpDone <- listenAndServe(httpCtx, cfg, mux, slogger) }()
 
 	var httpErr error
@@ -138,12 +177,13 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		httpEnded = true
 	}
 	stopLoad()
-	<-loadDone
+	loadWG.Wait()
 	stopMeasure()
-	<-measureDone
+	measureWG.Wait()
+	fleet.Stop()
 	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelCleanup()
-	if err := errors.Join(writer.Cleanup(cleanupCtx), col.Cleanup(cleanupCtx)); err != nil {
+	if err := errors.Join(writer.Cleanup(cleanupCtx), owned.Delete(cleanupCtx, cs, cfg.namespace, cfg.quietName)); err != nil {
 		log.Error(err, "deleting the exporter's ConfigMaps; delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", cfg.namespace)
 	} else {
 		log.Info("deleted the exporter's ConfigMaps", "namespace", cfg.namespace)

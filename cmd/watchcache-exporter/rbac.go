@@ -11,22 +11,27 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// access is one verb on one ConfigMap (name "" for create, which RBAC cannot
-// restrict by name).
-type access struct{ verb, name string }
+// access is one verb on one object (name "" for create, which RBAC cannot
+// restrict by name, and for list and watch of a collection).
+type access struct {
+	verb, group, resource, ns, name string
+}
 
 // neededAccess lists every request the exporter makes.
 func neededAccess(cfg config) []access {
-	a := []access{
-		{"create", ""},
-		{"get", cfg.quietName},
-		{"patch", cfg.quietName},
-		{"watch", cfg.quietName},
-		{"delete", cfg.quietName},
+	cm := func(verb, name string) access { return access{verb, "", "configmaps", cfg.namespace, name} }
+	a := []access{cm("create", ""), cm("get", cfg.quietName), cm("patch", cfg.quietName), cm("watch", cfg.quietName), cm("delete", cfg.quietName)}
+	if cfg.schedule.Max() == 0 || cfg.schedule.Passive() {
+		a = append(a, cm("list", cfg.quietName)) // reading the current RV
 	}
-	if cfg.loadRate > 0 {
+	if cfg.schedule.Max() > 0 {
 		for _, n := range cfg.loadConfig().Names() {
-			a = append(a, access{"get", n}, access{"patch", n}, access{"delete", n})
+			a = append(a, cm("get", n), cm("patch", n), cm("delete", n))
+		}
+	}
+	if cfg.apiservers == "discover" {
+		for _, verb := range []string{"list", "watch"} {
+			a = append(a, access{verb, "discovery.k8s.io", "endpointslices", "default", ""})
 		}
 	}
 	return a
@@ -35,26 +40,30 @@ func neededAccess(cfg config) []access {
 // checkAccess asks the apiserver (SelfSubjectAccessReview, which every
 // authenticated user may create) whether each needed request is allowed, and
 // returns an error naming each one that is not.
-func checkAccess(ctx context.Context, cs kubernetes.Interface, ns string, needed []access) error {
+func checkAccess(ctx context.Context, cs kubernetes.Interface, needed []access) error {
 	var verbs []string // in order of first denial
 	denied := map[string][]string{}
 	for _, a := range needed {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: a.verb, Resource: "configmaps", Name: a.name,
+				Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.resource, Name: a.name,
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("checking RBAC (create selfsubjectaccessreviews.authorization.k8s.io): %w", err)
 		}
 		if !r.Status.Allowed {
-			if _, ok := denied[a.verb]; !ok {
-				verbs = append(verbs, a.verb)
+			what := a.verb + " " + a.resource
+			if a.group != "" {
+				what += "." + a.group
+			}
+			what += " in namespace " + a.ns
+			if _, ok := denied[what]; !ok {
+				verbs = append(verbs, what)
+				denied[what] = nil
 			}
 			if a.name != "" {
-				denied[a.verb] = append(denied[a.verb], a.name)
-			} else {
-				denied[a.verb] = denied[a.verb][:0:0]
+				denied[what] = append(denied[what], a.name)
 			}
 		}
 	}
@@ -63,11 +72,11 @@ func checkAccess(ctx context.Context, cs kubernetes.Interface, ns string, needed
 	}
 	var parts []string
 	for _, v := range verbs {
-		p := v + " configmaps"
+		p := v
 		if names := denied[v]; len(names) > 0 {
-			p += " " + strings.Join(names, ",")
+			p += " (" + strings.Join(names, ",") + ")"
 		}
 		parts = append(parts, p)
 	}
-	return errors.New("RBAC denies " + strings.Join(parts, "; ") + " in namespace " + ns + " (deploy/ has the Role it needs)")
+	return errors.New("RBAC denies " + strings.Join(parts, "; ") + " (deploy/ has the Role it needs)")
 }
