@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build kube-bin demo test vet fmt-check clean
+.PHONY: all build kube-bin demo test vet fmt-check kind-e2e clean
 
 all: build
 
@@ -28,13 +28,20 @@ demo: kube-bin build
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The kind end-to-end test is vetted (so compiled) here; it runs with make kind-e2e.
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags kind ./test/kind/
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
 # into a failure instead of a skip.
 test: kube-bin fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 30m ./...
+
+# Needs a Docker engine: builds the image, creates a kind cluster, applies
+# deploy/, checks a first BOOKMARK through a port-forward, deletes the cluster.
+kind-e2e:
+	$(GO) test -tags kind -count=1 -v -timeout 20m ./test/kind/
 
 clean:
 	rm -rf bin .demo

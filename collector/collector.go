@@ -115,8 +115,8 @@ func (c *Collector) observeBookmark(rv uint64, at time.Time) {
 	c.hist.Observe(rv, at)
 }
 
-// ensureQuiet gets quiet, creating it again when it is missing (somebody
-// deleted it), and returns its RV.
+// ensureQuiet relists quiet, creating it again when it is missing (somebody
+// deleted it), and returns the RV to watch from.
 func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) {
 	rv, created, err := c.getOrCreateQuiet(ctx)
 	if created {
@@ -127,9 +127,9 @@ func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) {
 }
 
 func (c *Collector) getOrCreateQuiet(ctx context.Context) (uint64, bool, error) {
-	rv, created, err := owned.Ensure(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, owned.RoleQuiet)
+	rv, created, err := owned.Relist(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, owned.RoleQuiet)
 	if err != nil {
-		return 0, false, fmt.Errorf("get or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
+		return 0, false, fmt.Errorf("list or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
 	}
 	return rv, created, nil
 }

@@ -50,7 +50,8 @@ type watcher struct {
 	maxTimeout time.Duration
 	// onBookmark receives each BOOKMARK's RV and arrival time.
 	onBookmark func(rv uint64, at time.Time)
-	// relist gets (and if need be creates) quiet and returns its RV.
+	// relist lists (and if need be creates) quiet and returns the RV to
+	// watch from.
 	relist func(ctx context.Context) (uint64, error)
 
 	mu         sync.Mutex
@@ -86,6 +87,7 @@ func (w *watcher) setOpen(open bool) {
 // run watches from rv (0: relist first) until ctx ends.
 func (w *watcher) run(ctx context.Context, rv uint64) {
 	backoff := newBackoff(time.Second, 30*time.Second)
+	relisted := false // rv comes from a relist just now
 	for ctx.Err() == nil {
 		if rv == 0 {
 			var err error
@@ -95,6 +97,7 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 				backoff.sleep(ctx)
 				continue
 			}
+			relisted = true
 		}
 		var end string
 		rv, end = w.watchOnce(ctx, rv)
@@ -106,11 +109,17 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 		case endExpired:
 			w.m.relists.WithLabelValues(w.name).Inc()
 			w.log.Info("resourceVersion refused with 410 Gone; relisting", "watcher", w.name, "resourceVersion", rv)
+			if relisted {
+				// Refused straight after a relist: the apiserver is not
+				// settled (a cache being rebuilt); do not hammer it.
+				backoff.sleep(ctx)
+			}
 			rv = 0
 		case endError:
 			backoff.sleep(ctx)
 		default:
 			backoff.reset()
+			relisted = false
 		}
 	}
 }

@@ -70,9 +70,10 @@ func Workers(ratePerSecond float64) int {
 	return int(min(max(math.Ceil(ratePerSecond/10), 1), 64))
 }
 
-// Observer learns when each RV was written (the collector's RV clock).
+// Observer learns of each write: its RV and when it was written (the
+// collector's History).
 type Observer interface {
-	Observe(rv uint64, at time.Time)
+	ObserveWrite(rv uint64, at time.Time)
 }
 
 // Writer writes the noise.
@@ -211,7 +212,7 @@ func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
 		w.duration.Observe(end.Sub(start).Seconds())
 		if err == nil {
 			w.writes.WithLabelValues("ok").Inc()
-			w.clock.Observe(rv, end)
+			w.clock.ObserveWrite(rv, end)
 			continue
 		}
 		if ctx.Err() != nil {

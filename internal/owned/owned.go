@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
@@ -61,6 +62,31 @@ func Ensure(ctx context.Context, c kubernetes.Interface, ns, name, role string) 
 	}
 	rv, err = ParseRV(cm.ResourceVersion)
 	return rv, created, err
+}
+
+// Relist lists ns/name as a reflector would (a consistent list, selected by
+// name) and returns the list's resourceVersion, the cluster's current one: a
+// watch from it misses nothing and is not refused. An object's own
+// resourceVersion is no such point: it may be older than the watch cache.
+// A missing object is created first; created says whether it was.
+func Relist(ctx context.Context, c kubernetes.Interface, ns, name, role string) (rv uint64, created bool, err error) {
+	l, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return 0, false, err
+	}
+	if len(l.Items) == 0 {
+		cm, err := c.CoreV1().ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		if err == nil {
+			rv, err = ParseRV(cm.ResourceVersion)
+			return rv, true, err
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return 0, false, err
+		}
+		return Relist(ctx, c, ns, name, role) // created meanwhile by another
+	}
+	rv, err = ParseRV(l.ResourceVersion)
+	return rv, false, err
 }
 
 // SetKey merge-patches data[key]=value into ns/name and returns the new RV.

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -20,10 +20,9 @@ type access struct {
 // neededAccess lists every request the exporter makes.
 func neededAccess(cfg config) []access {
 	cm := func(verb, name string) access { return access{verb, "", "configmaps", cfg.namespace, name} }
-	a := []access{cm("create", ""), cm("get", cfg.quietName), cm("patch", cfg.quietName), cm("watch", cfg.quietName), cm("delete", cfg.quietName)}
-	if cfg.schedule.Max() == 0 || cfg.schedule.Passive() {
-		a = append(a, cm("list", cfg.quietName)) // reading the current RV
-	}
+	// list: relists of quiet (selected by name) give the RV to watch from;
+	// in passive mode they also give the current RV.
+	a := []access{cm("create", ""), cm("list", cfg.quietName), cm("patch", cfg.quietName), cm("watch", cfg.quietName), cm("delete", cfg.quietName)}
 	if cfg.schedule.Max() > 0 {
 		for _, n := range cfg.loadConfig().Names() {
 			a = append(a, cm("get", n), cm("patch", n), cm("delete", n))

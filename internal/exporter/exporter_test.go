@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestArticle(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, out := runToExit(t, saCfg, "--namespace="+testNS)
-		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps in namespace "+testNS+"; get configmaps in namespace "+testNS+" (watchcache-quiet,watchcache-noise-0,") {
+		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps in namespace "+testNS+"; list configmaps in namespace "+testNS+" (watchcache-quiet); patch configmaps in namespace "+testNS+" (watchcache-quiet,watchcache-noise-0,") {
 			t.Errorf("without RBAC: exit %d, output %q; want 1 and the denied verbs", code, out)
 		}
 		gone := rest.CopyConfig(c.AdminConfig())
@@ -142,7 +142,7 @@ func TestArticle(t *testing.T) {
 	}
 }
 
-// exporter is run() in this process, serving on a free loopback port.
+// exporter is Run() in this process, serving on a free loopback port.
 type exporter struct {
 	url    string
 	cancel context.CancelFunc
@@ -165,7 +165,7 @@ func startExporter(t *testing.T, cfg *rest.Config, args ...string) *exporter {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &exporter{url: "http://" + addr, cancel: cancel, done: make(chan int, 1), logs: &syncBuffer{}}
 	args = append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.format=text"}, args...)
-	go func() { e.done <- run(ctx, args, io.Discard, e.logs) }()
+	go func() { e.done <- Run(ctx, args, io.Discard, e.logs) }()
 	t.Cleanup(func() {
 		e.stop(t)
 		if t.Failed() {
@@ -304,7 +304,7 @@ func runToExit(t *testing.T, cfg *rest.Config, args ...string) (int, string) {
 	var out syncBuffer
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	code := run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=127.0.0.1:0"}, args...), io.Discard, &out)
+	code := Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=127.0.0.1:0"}, args...), io.Discard, &out)
 	return code, out.String()
 }
 

@@ -1,0 +1,351 @@
+// Tests of deploy/ against the real apiserver: every object is accepted,
+// the Role is exactly what the exporter needs, and the pod passes the
+// restricted Pod Security level.
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/watchcache/watchcache-exporter/internal/exporter"
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+)
+
+const ns = "watchcache-exporter"
+
+var components = []string{"prometheus-operator", "discovery", "apf"}
+
+// render builds deploy/base with the given components through an overlay in
+// a copy of deploy/.
+func render(t *testing.T, comps ...string) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\n"
+	if len(comps) > 0 {
+		overlay += "components:\n"
+		for _, c := range comps {
+			overlay += "  - ../components/" + c + "\n"
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "overlay"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "overlay", "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "overlay"))
+	if err != nil {
+		t.Fatalf("kustomize %v: %v", comps, err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+func find[T any](t *testing.T, objs []*unstructured.Unstructured, kind string) *T {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			var v T
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &v, true); err != nil {
+				t.Fatalf("%s %s: %v", kind, o.GetName(), err)
+			}
+			return &v
+		}
+	}
+	t.Fatalf("no %s rendered", kind)
+	return nil
+}
+
+func TestDeploy(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := t.Context()
+	admin := c.AdminConfig()
+	cs := kubernetes.NewForConfigOrDie(admin)
+	dyn := dynamic.NewForConfigOrDie(admin)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+
+	base := render(t)
+	// The namespace for real: namespaced objects cannot be dry-run into a
+	// namespace that does not exist.
+	for _, o := range base {
+		if o.GetKind() == "Namespace" {
+			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName(), Labels: o.GetLabels()}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	t.Run("server-side dry-run of every object", func(t *testing.T) {
+		for _, comp := range append([]string{""}, components...) {
+			var objs []*unstructured.Unstructured
+			if comp == "" {
+				objs = base
+			} else {
+				objs = render(t, comp)
+			}
+			for _, o := range objs {
+				what := fmt.Sprintf("%s %s/%s (component %q)", o.GetKind(), o.GetNamespace(), o.GetName(), comp)
+				m, err := mapper.RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
+				if meta.IsNoMatchError(err) {
+					// No CRD here: decode strictly with the operator's types.
+					strictDecode(t, what, o)
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+				if m.Scope.Name() == meta.RESTScopeNameNamespace {
+					ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+				}
+				_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "deploy-test", DryRun: []string{metav1.DryRunAll}})
+				if err != nil {
+					t.Errorf("%s: server-side dry-run: %v", what, err)
+				}
+			}
+		}
+	})
+
+	t.Run("pod passes Pod Security restricted", func(t *testing.T) {
+		nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nsObj.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+			t.Fatalf("namespace %s labels %v: want enforce=restricted", ns, nsObj.Labels)
+		}
+		applyRBAC(t, cs, base) // the pod's ServiceAccount must exist
+		dep := find[appsv1.Deployment](t, base, "Deployment")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-probe", Namespace: ns}, Spec: dep.Spec.Template.Spec}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the Deployment's pod is refused: %v", err)
+		}
+		// The same pod without its hardening is refused: the check is real.
+		weak := pod.DeepCopy()
+		weak.Spec.Containers[0].SecurityContext = nil
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, weak, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+			t.Errorf("a pod without securityContext: err = %v, want a PodSecurity violation", err)
+		}
+	})
+
+	// Every RV from before a restart is refused at once: the window probe
+	// then reports without waiting for the cache to wrap.
+	if err := c.APIServer().Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs = kubernetes.NewForConfigOrDie(c.AdminConfig())
+	role := applyRBAC(t, cs, base)
+	saCfg, err := c.ServiceAccountConfig(ctx, ns, "watchcache-exporter")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("exporter works with deploy's RBAC", func(t *testing.T) {
+		dep := find[appsv1.Deployment](t, base, "Deployment")
+		args := append(slices.Clone(dep.Spec.Template.Spec.Containers[0].Args), "--namespace="+ns)
+		for _, mode := range [][]string{args, append(slices.Clone(args), "--load.rate=0")} {
+			m := runUntil(t, saCfg, mode, func(m string) bool {
+				return metric(m, "watchcache_oldest_resource_version") > 0 &&
+					metric(m, "watchcache_watch_open", "watcher", "bookmarks") == 1 &&
+					metric(m, "watchcache_watch_open", "watcher", "plain") == 1 &&
+					metric(m, "watchcache_reconnects_total", "from", "stale", "result", "ok") > 0
+			})
+			if strings.Contains(m, "watchcache_api_errors_total{") {
+				t.Errorf("args %v: API errors under deploy's RBAC:\n%s", mode, grep(m, "watchcache_api_errors_total"))
+			}
+			if !slices.Contains(mode, "--load.rate=0") && metric(m, "watchcache_load_writes_total", "result", "ok") <= 0 {
+				t.Errorf("args %v: no load written", mode)
+			}
+		}
+	})
+
+	t.Run("each rule of the Role is needed", func(t *testing.T) {
+		for i, rule := range role.Rules {
+			reduced := role.DeepCopy()
+			reduced.Rules = slices.Delete(reduced.Rules, i, i+1)
+			if _, err := cs.RbacV1().Roles(ns).Update(ctx, reduced, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--namespace=" + ns}
+			want := fmt.Sprintf("RBAC denies %s %s in namespace %s", rule.Verbs[0], rule.Resources[0], ns)
+			var out string
+			for range 50 { // the authorizer sees the new Role within moments
+				var code int
+				if code, out = runToExit(t, saCfg, args...); code == 1 && strings.Contains(out, want) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("without rule %d (%v %v): output %q, want %q", i, rule.Verbs, rule.Resources, out, want)
+			}
+			for _, v := range rule.Verbs[1:] {
+				if !strings.Contains(out, v+" "+rule.Resources[0]) {
+					t.Errorf("without rule %d: output %q does not name %s", i, out, v)
+				}
+			}
+			if _, err := cs.RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// applyRBAC creates the base's ServiceAccount, Role and RoleBinding (idempotent)
+// and returns the Role.
+func applyRBAC(t *testing.T, cs kubernetes.Interface, objs []*unstructured.Unstructured) *rbacv1.Role {
+	t.Helper()
+	ctx := t.Context()
+	sa := find[corev1.ServiceAccount](t, objs, "ServiceAccount")
+	role := find[rbacv1.Role](t, objs, "Role")
+	rb := find[rbacv1.RoleBinding](t, objs, "RoleBinding")
+	for _, err := range []error{
+		ignoreExists(cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})),
+		ignoreExists(cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})),
+		ignoreExists(cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{})),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := cs.RbacV1().Roles(ns).Get(ctx, role.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func ignoreExists[T any](_ T, err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+func strictDecode(t *testing.T, what string, o *unstructured.Unstructured) {
+	t.Helper()
+	b, err := yaml.Marshal(o.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target any
+	switch o.GetKind() {
+	case "ServiceMonitor":
+		target = &monitoringv1.ServiceMonitor{}
+	case "PrometheusRule":
+		target = &monitoringv1.PrometheusRule{}
+	default:
+		t.Errorf("%s: the apiserver does not know this kind and no Go type checks it", what)
+		return
+	}
+	if err := yaml.UnmarshalStrict(b, target); err != nil {
+		t.Errorf("%s: strict decode: %v", what, err)
+	}
+}
+
+// runUntil runs the exporter until cond holds on its /metrics (at most two
+// minutes), then stops it and returns the last scrape.
+func runUntil(t *testing.T, cfg *rest.Config, args []string, cond func(string) bool) string {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testcluster.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var logs strings.Builder
+	done := make(chan int, 1)
+	go func() {
+		done <- exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.format=text"}, args...), os.Stdout, &lockedWriter{w: &logs})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit status %d after stop", code)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("args %v: exporter exited with %d", args, code)
+		default:
+		}
+		if last = scrape(addr); cond(last) {
+			return last
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("args %v: condition not met within 2 minutes; last scrape:\n%s", args, grep(last, "watchcache_"))
+	return ""
+}
+
+func runToExit(t *testing.T, cfg *rest.Config, args ...string) (int, string) {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testcluster.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	code := exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=127.0.0.1:0"}, args...), os.Stdout, &lockedWriter{w: &out})
+	return code, out.String()
+}
+
+// metric returns the one sample of name whose labels include the pairs
+// given, or -1.
+func metric(text, name string, labelPairs ...string) float64 {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return -1
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labelPairs); i += 2 {
+		want[labelPairs[i]] = labelPairs[i+1]
+	}
+	v, err := testcluster.Value(fams, name, want)
+	if err != nil {
+		return -1
+	}
+	return v
+}

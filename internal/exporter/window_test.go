@@ -1,0 +1,202 @@
+package exporter
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+)
+
+// sample is one look at both exporters and both apiservers.
+type sample struct {
+	at                  time.Time
+	target              float64
+	writes              float64 // load_writes_total{result="ok"}
+	window, predicted   float64 // apiserver A, load exporter
+	capacityA           float64
+	windowB, capacityB  float64
+	passiveB, predictB  float64 // the passive exporter's view of B
+	estimatedA, windowV float64
+}
+
+// TestWindowAgainstRate runs a 40 -> 100 -> 40 writes/s schedule against two
+// apiservers on one etcd: A with the default 75 s history window, B with
+// --request-timeout=2m (135 s). A passive exporter watches B at the same
+// time. At the end of each step the measured window must match the model
+// and the apiserver's own capacity/rate, the falling step must show the
+// larger window (hysteresis), and restarting B must reset only B's window.
+func TestWindowAgainstRate(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := t.Context()
+	b, err := c.AddAPIServer(ctx, "--request-timeout=2m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.APIServer()
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	idA, idB := hostOf(t, a.URL()), hostOf(t, b.URL())
+	steps := []struct {
+		rate float64
+		dur  time.Duration
+	}{{40, 3 * time.Minute}, {100, 3 * time.Minute}, {40, 4 * time.Minute}}
+	var sched []string
+	for _, s := range steps {
+		sched = append(sched, fmt.Sprintf("%v:%s", s.rate, s.dur))
+	}
+	loaded := startExporter(t, c.AdminConfig(), "--namespace="+testNS,
+		"--apiservers="+a.URL()+","+b.URL(), "--load.schedule="+strings.Join(sched, ","))
+	passive := startExporter(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
+		"--quiet.name=watchcache-quiet-passive", "--apiservers="+b.URL(), "--apiserver.history-window=135s")
+
+	capacity := func(s *testcluster.APIServer) float64 {
+		v, err := s.MetricValue(ctx, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var total time.Duration
+	for _, s := range steps {
+		total += s.dur
+	}
+	var samples []sample
+	start := time.Now()
+	for time.Since(start) < total-5*time.Second {
+		l, p := loaded.scrape(t), passive.scrape(t)
+		samples = append(samples, sample{
+			at:         time.Now(),
+			target:     l.value(t, "watchcache_load_target_writes_per_second"),
+			writes:     l.value(t, "watchcache_load_writes_total", "result", "ok"),
+			window:     l.value(t, "watchcache_window_seconds", "apiserver", idA),
+			windowV:    l.value(t, "watchcache_window_resource_versions", "apiserver", idA),
+			estimatedA: l.value(t, "watchcache_estimated_capacity_events", "apiserver", idA),
+			predicted:  l.value(t, "watchcache_predicted_window_seconds"),
+			capacityA:  capacity(a),
+			windowB:    l.value(t, "watchcache_window_seconds", "apiserver", idB),
+			capacityB:  capacity(b),
+			passiveB:   p.value(t, "watchcache_window_seconds", "apiserver", idB),
+			predictB:   p.value(t, "watchcache_predicted_window_seconds"),
+		})
+		time.Sleep(2 * time.Second)
+	}
+
+	// The last 20 s of each step, as the exporter's target gauge tells them.
+	var ends []sample
+	var stepWindows []float64
+	for i, s := range steps {
+		var last []sample
+		for j, x := range samples {
+			if x.target == s.rate && stepOf(samples, j) == i && x.at.Before(samples[lastOfStep(samples, i)].at.Add(time.Second)) &&
+				x.at.After(samples[lastOfStep(samples, i)].at.Add(-20*time.Second)) {
+				last = append(last, x)
+			}
+		}
+		if len(last) < 3 {
+			t.Fatalf("step %d (%v writes/s): %d samples in its last 20 s", i+1, s.rate, len(last))
+		}
+		first, end := last[0], last[len(last)-1]
+		achieved := (end.writes - first.writes) / end.at.Sub(first.at).Seconds()
+		window := median(last, func(x sample) float64 { return x.window })
+		predicted := median(last, func(x sample) float64 { return x.predicted })
+		capA := end.capacityA
+		t.Logf("step %d: target %v writes/s, achieved %.2f; window %.2f s, predicted %.2f s, capacity %v (capacity/rate %.2f s), window %v RVs, estimated capacity %v; B: capacity %v, window %.2f s (passive exporter %.2f s, predicted %.2f s)",
+			i+1, s.rate, achieved, window, predicted, capA, capA/achieved, end.windowV, end.estimatedA,
+			end.capacityB, end.windowB, end.passiveB, end.predictB)
+		if !within(window, predicted, 0.05) {
+			t.Errorf("step %d: window %.2f s, predicted %.2f s: more than 5%% apart", i+1, window, predicted)
+		}
+		if !within(window, capA/achieved, 0.05) {
+			t.Errorf("step %d: window %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", i+1, window, capA, achieved, capA/achieved)
+		}
+		if !within(end.estimatedA, capA, 0.05) {
+			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than 5%% apart", i+1, end.estimatedA, capA)
+		}
+		if end.windowB < 135 {
+			t.Errorf("step %d: window of B (--request-timeout=2m) %.2f s, want at least 135 s", i+1, end.windowB)
+		}
+		// B's larger window takes longer than a step to fill at 100
+		// writes/s and to settle after it; only the first step is steady.
+		if i == 0 && !within(end.passiveB, end.capacityB/achieved, 0.05) {
+			t.Errorf("step %d: passive exporter's window of B %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", i+1, end.passiveB, end.capacityB, achieved, end.capacityB/achieved)
+		}
+		if !within(end.passiveB, end.predictB, 0.05) {
+			t.Errorf("step %d: passive exporter's window of B %.2f s, its prediction with a 135 s history window %.2f s: more than 5%% apart", i+1, end.passiveB, end.predictB)
+		}
+		ends = append(ends, end)
+		stepWindows = append(stepWindows, window)
+	}
+	if !(stepWindows[2] > stepWindows[0]) {
+		t.Errorf("hysteresis: falling step's window %.2f s is not larger than the rising step's %.2f s", stepWindows[2], stepWindows[0])
+	}
+	if !(ends[2].predicted > ends[0].predicted) {
+		t.Errorf("the model did not predict the hysteresis: %.2f s after the fall, %.2f s before", ends[2].predicted, ends[0].predicted)
+	}
+
+	// Restarting B resets B's window only.
+	if err := b.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loaded.waitFor(t, 60*time.Second, "B's window to restart", func(m metrics) bool {
+		w := m.value(t, "watchcache_window_seconds", "apiserver", idB)
+		return w < 30
+	})
+	if w := loaded.scrape(t).value(t, "watchcache_window_seconds", "apiserver", idA); w < 100 {
+		t.Errorf("A's window %.2f s after restarting B, want it untouched (> 100 s)", w)
+	}
+}
+
+func hostOf(t *testing.T, u string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Host
+}
+
+// stepOf numbers the runs of equal targets in samples: 0 for the first run.
+func stepOf(samples []sample, j int) int {
+	n := 0
+	for i := 1; i <= j; i++ {
+		if samples[i].target != samples[i-1].target {
+			n++
+		}
+	}
+	return n
+}
+
+// lastOfStep is the index of the last sample of step i.
+func lastOfStep(samples []sample, i int) int {
+	last := -1
+	for j := range samples {
+		if stepOf(samples, j) == i {
+			last = j
+		}
+	}
+	return last
+}
+
+func median(xs []sample, f func(sample) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
+
+func within(got, want, frac float64) bool {
+	return !math.IsNaN(got) && !math.IsNaN(want) && math.Abs(got-want) <= frac*math.Abs(want)
+}
