@@ -199,7 +199,8 @@ func TestDeploy(t *testing.T) {
 		for i, rule := range role.Rules {
 			reduced := role.DeepCopy()
 			reduced.Rules = slices.Delete(reduced.Rules, i, i+1)
-			if _, err := cs.RbacV1().Roles(ns).Update(ctx, reduced, metav1.UpdateOptions{}); err != nil {
+			reduced, err := cs.RbacV1().Roles(ns).Update(ctx, reduced, metav1.UpdateOptions{})
+			if err != nil {
 				t.Fatal(err)
 			}
 			args := []string{"--namespace=" + ns}
@@ -220,7 +221,9 @@ func TestDeploy(t *testing.T) {
 					t.Errorf("without rule %d: output %q does not name %s", i, out, v)
 				}
 			}
-			if _, err := cs.RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+			restored := reduced.DeepCopy()
+			restored.Rules = role.Rules
+			if role, err = cs.RbacV1().Roles(ns).Update(ctx, restored, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
