@@ -39,7 +39,7 @@ import (
 
 const ns = "watchcache-exporter"
 
-var components = []string{"prometheus-operator", "discovery", "apf"}
+var components = []string{"prometheus-operator", "discovery", "apf", "grafana-dashboards"}
 
 // render builds deploy/base with the given components through an overlay in
 // a copy of deploy/.

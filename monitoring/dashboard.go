@@ -1,0 +1,191 @@
+package monitoring
+
+// The dashboard is built from plain maps: the JSON model of Grafana's
+// dashboards (schemaVersion 41), without an SDK to keep up with.
+
+type obj = map[string]any
+
+// Selectors every query carries: the exporter, and the apiserver for the
+// measurement series.
+const (
+	sel   = `job=~"$job",instance=~"$instance"`
+	selAS = sel + `,apiserver=~"$apiserver"`
+)
+
+// quantile works on classic and native histograms alike: the classic
+// buckets when the server stores them, the native histogram otherwise
+// (a Prometheus with native histograms enabled stores only those).
+func quantile(q, metric, selector, by string) string {
+	return `histogram_quantile(` + q + `, sum by (` + by + `le) (rate(` + metric + `_bucket{` + selector + `}[$__rate_interval])))` +
+		` or histogram_quantile(` + q + `, sum by (` + by + `) (rate(` + metric + `{` + selector + `}[$__rate_interval])))`
+}
+
+type target struct {
+	expr, legend string
+	heatmap      bool
+}
+
+type panel struct {
+	title, description, kind, unit string
+	w, h                           int
+	targets                        []target
+	// rightUnit puts the series whose legend starts with "rate" on a
+	// right axis with this unit.
+	rightUnit string
+	options   obj
+	transform []obj
+}
+
+func panels() []panel {
+	return []panel{
+		{title: "History window against write rate", kind: "timeseries", unit: "s", rightUnit: "wps", w: 24, h: 9,
+			description: "How long the watch cache keeps its history (measured per apiserver, and as the apiserver's sizing rules predict at the measured write rate), against the write rate on the right axis. A client disconnected for longer than the window must relist. The sawtooth between 75 s and 150 s, and the jump after a rate drop, are the cache's ring buffer doubling and halving.",
+			targets: []target{
+				{expr: `watchcache_window_seconds{` + selAS + `}`, legend: "window {{apiserver}}"},
+				{expr: `watchcache_predicted_window_seconds{` + sel + `}`, legend: "predicted window"},
+				{expr: `watchcache_measured_writes_per_second{` + sel + `}`, legend: "rate: writes/s ({{source}})"},
+				{expr: `watchcache_load_target_writes_per_second{` + sel + `}`, legend: "rate: target writes/s"},
+			}},
+		{title: "Window against write rate (XY)", kind: "xychart", unit: "s", w: 12, h: 9,
+			description: "Each point is one moment: the exporter's write rate (x) and the measured window (y). At steady rates the points lie on capacity/rate curves, one per ring-buffer size.",
+			targets: []target{
+				{expr: `max(watchcache_measured_writes_per_second{` + sel + `,source="exporter"})`, legend: "writes/s"},
+				{expr: `max(watchcache_window_seconds{` + selAS + `})`, legend: "window"},
+			},
+			transform: []obj{{"id": "joinByField", "options": obj{"byField": "Time", "mode": "inner"}}},
+			options: obj{"mapping": "auto", "series": []obj{{"x": obj{"matcher": obj{"id": "byName", "options": "writes/s"}}, "y": obj{"matcher": obj{"id": "byName", "options": "window"}}}}}},
+		{title: "Window in resourceVersions", kind: "timeseries", unit: "short", w: 12, h: 9,
+			description: "Newest RV minus the cache's oldest: the window counted in writes. With the exporter as the only ConfigMap writer it equals the cache's capacity, which estimated_capacity_events (its own writes in the window) bounds from below.",
+			targets: []target{
+				{expr: `watchcache_window_resource_versions{` + selAS + `}`, legend: "window RVs {{apiserver}}"},
+				{expr: `watchcache_estimated_capacity_events{` + selAS + `}`, legend: "estimated capacity {{apiserver}}"},
+				{expr: `watchcache_predicted_capacity_events{` + sel + `}`, legend: "predicted capacity"},
+			}},
+		{title: "Time to first 410", kind: "heatmap", unit: "s", w: 16, h: 9,
+			description: "How long a resourceVersion stayed usable: from the touch that made it to the first 410 Gone when reconnecting from it. One observation per expiry cycle.",
+			targets: []target{{expr: `sum by (le) (increase(watchcache_expiry_seconds_bucket{` + selAS + `}[$__rate_interval])) or sum(increase(watchcache_expiry_seconds{` + selAS + `}[$__rate_interval]))`, legend: "{{le}}", heatmap: true}}},
+		{title: "Time to first 410 (last cycle)", kind: "stat", unit: "s", w: 8, h: 9,
+			description: "The last cycle's time to first 410, per apiserver.",
+			targets: []target{{expr: `watchcache_expiry_seconds_last{` + selAS + `}`, legend: "{{apiserver}}"}}},
+		{title: "Time to first BOOKMARK and between BOOKMARKs", kind: "timeseries", unit: "s", w: 12, h: 8,
+			description: "About 60 s each. When the interval nears the window, BOOKMARKs stop protecting reconnects.",
+			targets: []target{
+				{expr: `watchcache_first_bookmark_seconds_last{` + selAS + `}`, legend: "first BOOKMARK {{apiserver}}"},
+				{expr: quantile("0.9", "watchcache_bookmark_interval_seconds", selAS, "apiserver, "), legend: "interval p90 {{apiserver}}"},
+			}},
+		{title: "Stale-RV distance", kind: "timeseries", unit: "short", w: 12, h: 8,
+			description: "The cache's oldest servable RV minus the cycle's stale RV: live (negative while it is still served, counting down), and at each first 410.",
+			targets: []target{
+				{expr: `watchcache_stale_rv_distance_live{` + selAS + `}`, legend: "live {{apiserver}}"},
+				{expr: `watchcache_stale_rv_distance_last{` + selAS + `}`, legend: "at last 410 {{apiserver}}"},
+			}},
+		{title: "Reconnect outcomes", kind: "timeseries", unit: "reqps", w: 12, h: 8,
+			description: "Reconnect probes per second, from the stale RV and from the latest BOOKMARK RV: ok, expired (410) or error. Expired from bookmark means informers relist even with BOOKMARKs.",
+			targets: []target{{expr: `sum by (from, result) (rate(watchcache_reconnects_total{` + selAS + `}[$__rate_interval]))`, legend: "{{from}} {{result}}"}}},
+		{title: "Expiry cycles by BOOKMARK reconnect", kind: "timeseries", unit: "short", w: 12, h: 8,
+			description: "Completed cycles per hour, by whether a reconnect from the latest BOOKMARK RV was accepted when the stale RV was refused.",
+			targets: []target{{expr: `sum by (bookmark_result) (increase(watchcache_expiry_cycles_total{` + selAS + `}[1h]))`, legend: "{{bookmark_result}}"}}},
+		{title: "Relists and watch restarts", kind: "timeseries", unit: "short", w: 12, h: 8,
+			description: "What an informer would do: relist after a 410, reopen a watch after it ends.",
+			targets: []target{
+				{expr: `sum by (watcher) (increase(watchcache_relists_total{` + selAS + `}[$__rate_interval]))`, legend: "relists {{watcher}}"},
+				{expr: `sum by (watcher, reason) (increase(watchcache_watch_restarts_total{` + selAS + `}[$__rate_interval]))`, legend: "restarts {{watcher}} {{reason}}"},
+			}},
+		{title: "Load: target and achieved", kind: "timeseries", unit: "wps", w: 12, h: 8,
+			description: "The write rate the schedule asks for, and what the apiserver accepted.",
+			targets: []target{
+				{expr: `watchcache_load_target_writes_per_second{` + sel + `}`, legend: "target"},
+				{expr: `sum by (result) (rate(watchcache_load_writes_total{` + sel + `}[$__rate_interval]))`, legend: "{{result}}"},
+			}},
+		{title: "Load: patch latency", kind: "timeseries", unit: "s", w: 12, h: 8,
+			description: "Latency of the noise patches.",
+			targets: []target{
+				{expr: quantile("0.5", "watchcache_load_write_duration_seconds", sel, ""), legend: "p50"},
+				{expr: quantile("0.99", "watchcache_load_write_duration_seconds", sel, ""), legend: "p99"},
+			}},
+		{title: "API errors", kind: "timeseries", unit: "reqps", w: 12, h: 8,
+			description: "Failed requests of the measurement by operation and reason (Forbidden: RBAC; NotFound: a deleted object; TooManyRequests: APF), and failed or throttled load writes.",
+			targets: []target{
+				{expr: `sum by (operation, reason) (rate(watchcache_api_errors_total{` + selAS + `}[$__rate_interval]))`, legend: "{{operation}} {{reason}}"},
+				{expr: `sum by (result) (rate(watchcache_load_writes_total{` + sel + `,result!="ok"}[$__rate_interval]))`, legend: "load {{result}}"},
+			}},
+	}
+}
+
+// Dashboard is the Grafana dashboard.
+func Dashboard() obj {
+	ds := obj{"type": "prometheus", "uid": "${datasource}"}
+	var out []obj
+	x, y, rowH := 0, 0, 0
+	for i, p := range panels() {
+		if x+p.w > 24 {
+			x, y, rowH = 0, y+rowH, 0
+		}
+		var targets []obj
+		for j, t := range p.targets {
+			tt := obj{"datasource": ds, "expr": t.expr, "legendFormat": t.legend, "refId": string(rune('A' + j)), "range": true}
+			if t.heatmap {
+				tt["format"] = "heatmap"
+			}
+			targets = append(targets, tt)
+		}
+		fc := obj{"defaults": obj{"unit": p.unit}, "overrides": []obj{}}
+		if p.rightUnit != "" {
+			fc["overrides"] = []obj{{
+				"matcher":    obj{"id": "byRegexp", "options": "^rate: .*"},
+				"properties": []obj{{"id": "custom.axisPlacement", "value": "right"}, {"id": "unit", "value": p.rightUnit}},
+			}}
+		}
+		po := obj{"id": i + 1, "type": p.kind, "title": p.title, "description": p.description,
+			"datasource": ds, "gridPos": obj{"x": x, "y": y, "w": p.w, "h": p.h},
+			"targets": targets, "fieldConfig": fc}
+		if p.options != nil {
+			po["options"] = p.options
+		}
+		if p.transform != nil {
+			po["transformations"] = p.transform
+		}
+		out = append(out, po)
+		x += p.w
+		rowH = max(rowH, p.h)
+	}
+	variable := func(name, label, query string, all bool) obj {
+		v := obj{"name": name, "label": label, "type": "query", "datasource": ds,
+			"query": obj{"query": query, "refId": name}, "definition": query, "refresh": 2, "sort": 1,
+			"includeAll": all, "multi": all, "current": obj{}}
+		if all {
+			v["allValue"] = ".+"
+		}
+		return v
+	}
+	return obj{
+		"title":         "Kubernetes watch cache history",
+		"uid":           "watchcache-exporter",
+		"description":   "How long the kube-apiserver's watch cache keeps its history, measured by watchcache-exporter.",
+		"tags":          []string{"kubernetes", "apiserver", "watchcache-exporter"},
+		"schemaVersion": 41,
+		"editable":      true,
+		"graphTooltip":  1,
+		"time":          obj{"from": "now-3h", "to": "now"},
+		"refresh":       "30s",
+		"panels":        out,
+		"templating": obj{"list": []obj{
+			{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "current": obj{}},
+			variable("job", "Job", `label_values(watchcache_exporter_build_info, job)`, true),
+			variable("instance", "Instance", `label_values(watchcache_exporter_build_info{job=~"$job"}, instance)`, true),
+			variable("apiserver", "Apiserver", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, apiserver)`, true),
+		}},
+	}
+}
+
+// DashboardQueries lists every PromQL expression of the dashboard: panel
+// targets and variable queries' selectors.
+func DashboardQueries() []string {
+	var qs []string
+	for _, p := range panels() {
+		for _, t := range p.targets {
+			qs = append(qs, t.expr)
+		}
+	}
+	return qs
+}

@@ -1,0 +1,182 @@
+package monitoring
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/load"
+)
+
+func TestGeneratedFilesUpToDate(t *testing.T) {
+	files, err := Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(filepath.Join("..", path))
+		if err != nil {
+			t.Errorf("%s: %v; run go run ./monitoring/gen", path, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what monitoring/ generates; run go run ./monitoring/gen", path)
+		}
+	}
+}
+
+// registeredNames are the metric names the exporter registers, read from a
+// registry holding the exporter's real metric sets.
+func registeredNames(t *testing.T) map[string]bool {
+	t.Helper()
+	rec := &describingRegisterer{Registerer: prometheus.NewRegistry()}
+	collector.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec))
+	hist := collector.NewHistory(10)
+	collector.NewPredictor(hist, 75*time.Second, false, time.Second, rec, logr.Discard(), time.Now)
+	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, hist, rec, logr.Discard(), time.Now); err != nil {
+		t.Fatal(err)
+	}
+	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))
+	names := map[string]bool{"up": true} // Prometheus' own
+	for _, n := range rec.names {
+		names[n] = true
+	}
+	return names
+}
+
+type describingRegisterer struct {
+	prometheus.Registerer
+	names []string
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describingRegisterer) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d.names = append(d.names, m[1])
+		}
+	}
+	return d.Registerer.Register(c)
+}
+
+func (d *describingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := d.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func allQueries() map[string]string {
+	qs := map[string]string{}
+	for i, q := range DashboardQueries() {
+		qs["dashboard query "+string(rune('0'+i/10))+string(rune('0'+i%10))] = q
+	}
+	for _, g := range Rules().Groups {
+		for _, r := range g.Rules {
+			qs["rule "+r.Alert+r.Record] = r.Expr
+		}
+	}
+	return qs
+}
+
+// Grafana's variables, as a test fills them in.
+var variables = strings.NewReplacer("$__rate_interval", "1m", "$job", ".+", "$instance", ".+", "$apiserver", ".+")
+
+func TestQueriesParseAndNameRegisteredMetrics(t *testing.T) {
+	names := registeredNames(t)
+	if !names["watchcache_window_seconds"] || !names["watchcache_load_writes_total"] {
+		t.Fatalf("registry read wrong: %v", names)
+	}
+	for what, q := range allQueries() {
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(variables.Replace(q))
+		if err != nil {
+			t.Errorf("%s %q: %v", what, q, err)
+			continue
+		}
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			name := vs.Name
+			base := name
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if trimmed, ok := strings.CutSuffix(name, suffix); ok && names[trimmed] {
+					base = trimmed
+				}
+			}
+			if !names[base] {
+				t.Errorf("%s %q names %s, which the exporter does not register", what, q, name)
+			}
+			return nil
+		})
+	}
+}
+
+// promtool comes with Debian's prometheus package (hack/prometheus/install.sh).
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		msg := "promtool not found; install Debian's prometheus package with hack/prometheus/install.sh (make test does)"
+		if os.Getenv(testcluster.RequireEnv) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+func TestPromtoolRules(t *testing.T) {
+	bin := promtool(t)
+	for _, args := range [][]string{
+		{"check", "rules", "rules.yml"},
+		{"test", "rules", "rules_test.yml"},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+	// Every alert has a test case.
+	tests, err := os.ReadFile("rules_test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range Rules().Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" && !bytes.Contains(tests, []byte("alertname: "+r.Alert)) {
+				t.Errorf("alert %s has no promtool test in rules_test.yml", r.Alert)
+			}
+		}
+	}
+	// And a runbook section in the README.
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range Rules().Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" && !slices.Contains(strings.Split(string(readme), "\n"), "#### "+r.Alert) {
+				t.Errorf("alert %s has no runbook section (#### %s) in the README", r.Alert, r.Alert)
+			}
+		}
+	}
+}
