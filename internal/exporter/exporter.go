@@ -25,6 +25,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
+	"github.com/watchcache/watchcache-exporter/internal/status"
 	"github.com/watchcache/watchcache-exporter/load"
 )
 
@@ -120,10 +121,8 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		}, epCS, hist, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
 			log.WithName("collector").WithValues("apiserver", ep.ID), time.Now)
 	}, log.WithName("apiservers"))
-	mux, err := newMux(cfg, reg, fleet.Ready)
-	if err != nil {
-		return err
-	}
+	page := status.New(reg, 5*time.Second, 720) // an hour
+	mux := newMux(cfg, reg, fleet.Ready, page.Handler(cfg.telemetryPath))
 
 	// Shutdown order: the load stops first, then the measurements and their
 	// watches, then the owned objects are deleted, and the HTTP server
@@ -138,6 +137,7 @@ func serve(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	httpDone := make(chan error, 1)
 	loadWG.Go(func() { writer.Run(loadCtx) })
 	measureWG.Go(func() { predictor.Run(measureCtx) })
+	measureWG.Go(func() { page.Run(measureCtx) })
 	if cfg.schedule.Passive() {
 		errLog := ratelog.New(log.WithName("poll"), 30*time.Second, time.Now)
 		measureWG.Go(func() {

@@ -10,13 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 )
 
 // newMux serves metrics, /healthz (the process is up), /readyz (ready()
-// returns nil) and a landing page.
-func newMux(cfg config, reg *prometheus.Registry, ready func() error) (*http.ServeMux, error) {
+// returns nil) and the status page at /.
+func newMux(cfg config, reg *prometheus.Registry, ready func() error, page http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(cfg.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry:          reg,
@@ -32,21 +31,8 @@ func newMux(cfg config, reg *prometheus.Registry, ready func() error) (*http.Ser
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	landing, err := web.NewLandingPage(web.LandingConfig{
-		Name:        "watchcache-exporter",
-		Description: "How long the kube-apiserver's watch cache keeps its history",
-		Version:     version.Info(),
-		Links: []web.LandingLinks{
-			{Address: cfg.telemetryPath, Text: "Metrics"},
-			{Address: "/healthz", Text: "Health"},
-			{Address: "/readyz", Text: "Readiness"},
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	mux.Handle("/", landing)
-	return mux, nil
+	mux.Handle("/", page)
+	return mux
 }
 
 // listenAndServe serves mux with exporter-toolkit (TLS and basic auth from

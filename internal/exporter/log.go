@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
@@ -34,6 +35,10 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, logr.Logger) {
 		h = slog.NewTextHandler(w, opts)
 	}
 	sl := slog.New(h)
-	klog.SetSlogLogger(sl)
+	// klog's logger is global: set it once per process (tests run several
+	// exporters in one), before client-go logs anything.
+	routeKlog.Do(func() { klog.SetSlogLogger(sl) })
 	return sl, logr.FromSlogHandler(h)
 }
+
+var routeKlog sync.Once

@@ -1,0 +1,181 @@
+// Package status serves the exporter's live status page: the window and the
+// predicted window against the write rate over the last hour, and the last
+// expiry cycles. It reads the exporter's own registry, so the page shows
+// exactly what /metrics says.
+package status
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"html"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+//go:embed index.html
+var page []byte
+
+// Sample is one look at the gauges.
+type Sample struct {
+	Time      int64              `json:"t"` // unix milliseconds
+	Window    map[string]float64 `json:"window"`
+	Predicted *float64           `json:"predicted,omitempty"`
+	Rate      *float64           `json:"rate,omitempty"`
+	Target    *float64           `json:"target,omitempty"`
+}
+
+// Cycle is one completed expiry cycle.
+type Cycle struct {
+	Time      int64    `json:"t"`
+	APIServer string   `json:"apiserver"`
+	Expiry    *float64 `json:"expirySeconds"`
+	Distance  *float64 `json:"distance"`
+	Bookmark  string   `json:"bookmarkReconnect"`
+}
+
+// Page records samples from a registry and serves them.
+type Page struct {
+	g        prometheus.Gatherer
+	interval time.Duration
+	keep     int
+
+	mu      sync.Mutex
+	samples []Sample
+	cycles  []Cycle
+	counts  map[[2]string]float64 // (apiserver, bookmark_result) -> cycles seen
+}
+
+// New samples g every interval and keeps the last keep samples.
+func New(g prometheus.Gatherer, interval time.Duration, keep int) *Page {
+	return &Page{g: g, interval: interval, keep: keep, counts: map[[2]string]float64{}}
+}
+
+// Run samples until ctx ends.
+func (p *Page) Run(ctx context.Context) {
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	for {
+		p.sample(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	}
+	return math.NaN()
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func (p *Page) sample(now time.Time) {
+	fams, err := p.g.Gather()
+	if err != nil {
+		return
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	s := Sample{Time: now.UnixMilli(), Window: map[string]float64{}}
+	for _, m := range byName["watchcache_window_seconds"].GetMetric() {
+		if v := finite(value(m)); v != nil {
+			s.Window[label(m, "apiserver")] = *v
+		}
+	}
+	if ms := byName["watchcache_predicted_window_seconds"].GetMetric(); len(ms) > 0 {
+		s.Predicted = finite(value(ms[0]))
+	}
+	for _, m := range byName["watchcache_measured_writes_per_second"].GetMetric() {
+		if label(m, "source") == "exporter" {
+			s.Rate = finite(value(m))
+		}
+	}
+	if ms := byName["watchcache_load_target_writes_per_second"].GetMetric(); len(ms) > 0 {
+		s.Target = finite(value(ms[0]))
+	}
+	last := func(name, apiserver string) float64 {
+		for _, m := range byName[name].GetMetric() {
+			if label(m, "apiserver") == apiserver {
+				return value(m)
+			}
+		}
+		return math.NaN()
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.samples = append(p.samples, s)
+	if len(p.samples) > p.keep {
+		p.samples = p.samples[len(p.samples)-p.keep:]
+	}
+	for _, m := range byName["watchcache_expiry_cycles_total"].GetMetric() {
+		key := [2]string{label(m, "apiserver"), label(m, "bookmark_result")}
+		v := value(m)
+		if v > p.counts[key] {
+			p.cycles = append(p.cycles, Cycle{
+				Time: s.Time, APIServer: key[0], Bookmark: key[1],
+				Expiry:   finite(last("watchcache_expiry_seconds_last", key[0])),
+				Distance: finite(last("watchcache_stale_rv_distance_last", key[0])),
+			})
+		}
+		p.counts[key] = v
+	}
+	if len(p.cycles) > 50 {
+		p.cycles = p.cycles[len(p.cycles)-50:]
+	}
+}
+
+// Handler serves the page at / and its data at /status.json; the page links
+// to metricsPath.
+func (p *Page) Handler(metricsPath string) http.Handler {
+	body := bytes.ReplaceAll(page, []byte("{{METRICS}}"), []byte(html.EscapeString(metricsPath)))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
+		p.mu.Lock()
+		cycles := append([]Cycle(nil), p.cycles...)
+		data := struct {
+			Samples []Sample `json:"samples"`
+			Cycles  []Cycle  `json:"cycles"`
+		}{append([]Sample(nil), p.samples...), cycles}
+		p.mu.Unlock()
+		sort.Slice(data.Cycles, func(i, j int) bool { return data.Cycles[i].Time > data.Cycles[j].Time })
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(data)
+	})
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(body)
+	})
+	return mux
+}

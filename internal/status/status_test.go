@@ -1,0 +1,61 @@
+package status
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestPage(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_window_seconds"}, []string{"apiserver"})
+	cycles := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchcache_expiry_cycles_total"}, []string{"apiserver", "bookmark_result"})
+	expiry := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_expiry_seconds_last"}, []string{"apiserver"})
+	predicted := prometheus.NewGauge(prometheus.GaugeOpts{Name: "watchcache_predicted_window_seconds"})
+	reg.MustRegister(window, cycles, expiry, predicted)
+	p := New(reg, time.Second, 2)
+
+	predicted.Set(nan())
+	window.WithLabelValues("a:6443").Set(80)
+	cycles.WithLabelValues("a:6443", "ok")
+	p.sample(time.Unix(100, 0))
+	window.WithLabelValues("a:6443").Set(81)
+	predicted.Set(79.5)
+	expiry.WithLabelValues("a:6443").Set(76)
+	cycles.WithLabelValues("a:6443", "ok").Inc()
+	p.sample(time.Unix(101, 0))
+	p.sample(time.Unix(102, 0)) // keeps 2 samples; no new cycle
+
+	rec := httptest.NewRecorder()
+	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/status.json", nil))
+	var got struct {
+		Samples []Sample
+		Cycles  []Cycle
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Samples) != 2 || got.Samples[0].Time != 101000 || got.Samples[0].Window["a:6443"] != 81 || *got.Samples[0].Predicted != 79.5 {
+		t.Errorf("samples %+v", got.Samples)
+	}
+	if len(got.Cycles) != 1 || *got.Cycles[0].Expiry != 76 || got.Cycles[0].Distance != nil || got.Cycles[0].Bookmark != "ok" {
+		t.Errorf("cycles %+v, want one at 76 s, no distance, bookmark ok", got.Cycles)
+	}
+
+	rec = httptest.NewRecorder()
+	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if body := rec.Body.String(); !strings.Contains(body, `<a href="/m">Metrics</a>`) || strings.Contains(body, "{{METRICS}}") {
+		t.Errorf("page does not link the metrics path")
+	}
+	rec = httptest.NewRecorder()
+	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/nope", nil))
+	if rec.Code != 404 {
+		t.Errorf("GET /nope: %d, want 404", rec.Code)
+	}
+}
+
+func nan() float64 { var z float64; return z / z }
