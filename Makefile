@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build kube-bin prometheus generate demo test vet fmt-check kind-e2e clean
+.PHONY: all build kube-bin prometheus chromium generate demo test vet fmt-check kind-e2e clean
 
 all: build
 
@@ -24,6 +24,10 @@ kube-bin:
 # Prometheus and promtool from Debian's prometheus package.
 prometheus:
 	./hack/prometheus/install.sh
+
+# Debian's chromium, for the status page test.
+chromium:
+	./hack/chromium/install.sh
 
 # Rules, PrometheusRule and dashboards from monitoring/ (a test fails on drift).
 generate:
@@ -43,7 +47,7 @@ vet:
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
 # into a failure instead of a skip.
-test: kube-bin prometheus fmt-check vet
+test: kube-bin prometheus chromium fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Needs a Docker engine: builds the image, creates a kind cluster, applies

@@ -44,6 +44,7 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	}
 	exp := startExporter(t, c, "--namespace=watchcache", "--load.rate=85")
 	prom := startPrometheus(t, promBin, exp)
+	start := time.Now()
 
 	// An apiserver restart: probes fail, watchers relist, the cycle's
 	// stale RV is refused at once.
@@ -82,6 +83,10 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 		if vals := prom.labelValues(t, label, selector); len(vals) == 0 {
 			t.Errorf("variable %s: no values of %s in %s", v["name"], label, selector)
 		}
+	}
+	checkStatusPage(t, exp.addr)
+	if os.Getenv(UpdateDocsEnv) == "1" {
+		plotPanels(t, prom, start, time.Now())
 	}
 	// The recording rules evaluate to something too.
 	for _, g := range Rules().Groups {
