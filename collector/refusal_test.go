@@ -55,3 +55,10 @@ func FuzzParseRefusal(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParseRefusal(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		ParseRefusal("too old resource version: 228 (286)")
+	}
+}

@@ -42,7 +42,14 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchcache"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	exp := startExporter(t, c, "--namespace=watchcache", "--load.rate=85")
+	load := "--load.rate=85"
+	docs := os.Getenv(UpdateDocsEnv) == "1"
+	if docs {
+		// A longer run for the pictures: a rate step up shows the window
+		// and the prediction following it.
+		load = "--load.schedule=40:150s,100:10m"
+	}
+	exp := startExporter(t, c, "--namespace=watchcache", load)
 	prom := startPrometheus(t, promBin, exp)
 	start := time.Now()
 
@@ -84,8 +91,11 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 			t.Errorf("variable %s: no values of %s in %s", v["name"], label, selector)
 		}
 	}
+	if docs {
+		time.Sleep(time.Until(start.Add(7 * time.Minute)))
+	}
 	checkStatusPage(t, exp.addr)
-	if os.Getenv(UpdateDocsEnv) == "1" {
+	if docs {
 		plotPanels(t, prom, start, time.Now())
 	}
 	// The recording rules evaluate to something too.

@@ -94,15 +94,24 @@ func Relist(ctx context.Context, c kubernetes.Interface, ns, name, role string) 
 // when to try again (client-go would otherwise retry 429s by itself, hiding
 // the throttling that we want to count).
 func SetKey(ctx context.Context, c kubernetes.Interface, ns, name, key, value string) (uint64, error) {
-	patch := []byte(`{"data":{` + strconv.Quote(key) + `:` + strconv.Quote(value) + `}}`)
 	var cm corev1.ConfigMap
 	err := c.CoreV1().RESTClient().Patch(types.MergePatchType).
 		Namespace(ns).Resource("configmaps").Name(name).
-		Body(patch).MaxRetries(0).Do(ctx).Into(&cm)
+		Body(MergePatch(key, value)).MaxRetries(0).Do(ctx).Into(&cm)
 	if err != nil {
 		return 0, err
 	}
 	return ParseRV(cm.ResourceVersion)
+}
+
+// MergePatch is the JSON merge patch that sets data[key]=value.
+func MergePatch(key, value string) []byte {
+	b := make([]byte, 0, 16+len(key)+len(value))
+	b = append(b, `{"data":{`...)
+	b = strconv.AppendQuote(b, key)
+	b = append(b, ':')
+	b = strconv.AppendQuote(b, value)
+	return append(b, "}}"...)
 }
 
 // Delete deletes the named ConfigMaps of ns; missing ones are no error.
