@@ -23,11 +23,11 @@ kube-bin:
 
 # Prometheus and promtool from Debian's prometheus package.
 prometheus:
-	./hack/prometheus/install.sh
+	./hack/debian-package.sh prometheus prometheus
 
 # Debian's chromium, for the status page test.
 chromium:
-	./hack/chromium/install.sh
+	./hack/debian-package.sh chromium chromium
 
 # Rules, PrometheusRule and dashboards from monitoring/ (a test fails on drift).
 generate:

@@ -4,7 +4,6 @@
 package deploy_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,13 +24,12 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/watchcache/watchcache-exporter/internal/exporter"
+	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -180,17 +176,23 @@ func TestDeploy(t *testing.T) {
 		dep := find[appsv1.Deployment](t, base, "Deployment")
 		args := append(slices.Clone(dep.Spec.Template.Spec.Containers[0].Args), "--namespace="+ns)
 		for _, mode := range [][]string{args, append(slices.Clone(args), "--load.rate=0")} {
-			m := runUntil(t, saCfg, mode, func(m string) bool {
+			e := exportertest.Start(t, saCfg, mode...)
+			var m exportertest.Metrics
+			e.WaitFor(t, 2*time.Minute, fmt.Sprintf("watchers open, window probe and reconnects working with args %v", mode), func(got exportertest.Metrics) bool {
+				m = got
 				return metric(m, "watchcache_oldest_resource_version") > 0 &&
 					metric(m, "watchcache_watch_open", "watcher", "bookmarks") == 1 &&
 					metric(m, "watchcache_watch_open", "watcher", "plain") == 1 &&
 					metric(m, "watchcache_reconnects_total", "from", "stale", "result", "ok") > 0
 			})
-			if strings.Contains(m, "watchcache_api_errors_total{") {
-				t.Errorf("args %v: API errors under deploy's RBAC:\n%s", mode, grep(m, "watchcache_api_errors_total"))
+			if errs := m.Samples("watchcache_api_errors_total", "operation"); len(errs) > 0 {
+				t.Errorf("args %v: API errors under deploy's RBAC: %v", mode, errs)
 			}
 			if !slices.Contains(mode, "--load.rate=0") && metric(m, "watchcache_load_writes_total", "result", "ok") <= 0 {
 				t.Errorf("args %v: no load written", mode)
+			}
+			if code := e.Stop(t); code != 0 {
+				t.Errorf("args %v: exit status %d after stop", mode, code)
 			}
 		}
 	})
@@ -208,7 +210,7 @@ func TestDeploy(t *testing.T) {
 			var out string
 			for range 50 { // the authorizer sees the new Role within moments
 				var code int
-				if code, out = runToExit(t, saCfg, args...); code == 1 && strings.Contains(out, want) {
+				if code, out = exportertest.RunToExit(t, saCfg, args...); code == 1 && strings.Contains(out, want) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -282,71 +284,9 @@ func strictDecode(t *testing.T, what string, o *unstructured.Unstructured) {
 	}
 }
 
-// runUntil runs the exporter until cond holds on its /metrics (at most two
-// minutes), then stops it and returns the last scrape.
-func runUntil(t *testing.T, cfg *rest.Config, args []string, cond func(string) bool) string {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := testcluster.WriteKubeconfig(kubeconfig, cfg); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	var logs strings.Builder
-	done := make(chan int, 1)
-	go func() {
-		done <- exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.format=text"}, args...), os.Stdout, &lockedWriter{w: &logs})
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("exit status %d after stop", code)
-		}
-	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("args %v: exporter exited with %d", args, code)
-		default:
-		}
-		if last = scrape(addr); cond(last) {
-			return last
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("args %v: condition not met within 2 minutes; last scrape:\n%s", args, grep(last, "watchcache_"))
-	return ""
-}
-
-func runToExit(t *testing.T, cfg *rest.Config, args ...string) (int, string) {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := testcluster.WriteKubeconfig(kubeconfig, cfg); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	code := exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=127.0.0.1:0"}, args...), os.Stdout, &lockedWriter{w: &out})
-	return code, out.String()
-}
-
-// metric returns the one sample of name whose labels include the pairs
-// given, or -1.
-func metric(text, name string, labelPairs ...string) float64 {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		return -1
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labelPairs); i += 2 {
-		want[labelPairs[i]] = labelPairs[i+1]
-	}
-	v, err := testcluster.Value(fams, name, want)
+// metric is the one sample of name with the label pairs given, or -1.
+func metric(m exportertest.Metrics, name string, labelPairs ...string) float64 {
+	v, err := m.Get(name, labelPairs...)
 	if err != nil {
 		return -1
 	}

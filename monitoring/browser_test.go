@@ -30,7 +30,7 @@ func chromium(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("chromium")
 	if err != nil {
-		msg := "chromium not found; install Debian's chromium with hack/chromium/install.sh (make test does)"
+		msg := "chromium not found; install Debian's chromium with `make chromium` (make test does)"
 		if os.Getenv(testcluster.RequireEnv) == "1" {
 			t.Fatal(msg)
 		}

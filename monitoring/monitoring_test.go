@@ -130,12 +130,12 @@ func TestQueriesParseAndNameRegisteredMetrics(t *testing.T) {
 	}
 }
 
-// promtool comes with Debian's prometheus package (hack/prometheus/install.sh).
+// promtool comes with Debian's prometheus package (make prometheus).
 func promtool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		msg := "promtool not found; install Debian's prometheus package with hack/prometheus/install.sh (make test does)"
+		msg := "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)"
 		if os.Getenv(testcluster.RequireEnv) == "1" {
 			t.Fatal(msg)
 		}

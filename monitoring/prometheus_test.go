@@ -1,18 +1,14 @@
 package monitoring
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/watchcache/watchcache-exporter/internal/exporter"
+	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -49,7 +45,7 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 		// and the prediction following it.
 		load = "--load.schedule=40:150s,100:10m"
 	}
-	exp := startExporter(t, c, "--namespace=watchcache", load)
+	exp := exportertest.Start(t, c.AdminConfig(), "--namespace=watchcache", load)
 	prom := startPrometheus(t, promBin, exp)
 	start := time.Now()
 
@@ -94,7 +90,7 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	if docs {
 		time.Sleep(time.Until(start.Add(7 * time.Minute)))
 	}
-	checkStatusPage(t, exp.addr)
+	checkStatusPage(t, exp.Addr)
 	if docs {
 		plotPanels(t, prom, start, time.Now())
 	}
@@ -110,34 +106,9 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	}
 }
 
-type runningExporter struct{ addr string }
-
-func startExporter(t *testing.T, c *testcluster.Cluster, args ...string) runningExporter {
-	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := testcluster.WriteKubeconfig(kubeconfig, c.AdminConfig()); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var logs lockedBuffer
-	go func() {
-		done <- exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.format=text"}, args...), io.Discard, &logs)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("exporter log:\n%s", logs.String())
-		}
-	})
-	return runningExporter{addr: addr}
-}
-
 type prometheusServer struct{ base string }
 
-func startPrometheus(t *testing.T, bin string, exp runningExporter) prometheusServer {
+func startPrometheus(t *testing.T, bin string, exp *exportertest.Exporter) prometheusServer {
 	t.Helper()
 	dir := t.TempDir()
 	rules, err := filepath.Abs("rules.yml")
@@ -152,11 +123,11 @@ scrape_configs:
   - job_name: watchcache-exporter
     static_configs:
       - targets: [%q]
-`, rules, exp.addr)
+`, rules, exp.Addr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := exportertest.FreeAddr(t)
 	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -235,31 +206,4 @@ func (p prometheusServer) labelValues(t *testing.T, label, selector string) []st
 		t.Fatal(err)
 	}
 	return vals
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

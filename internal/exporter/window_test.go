@@ -1,4 +1,4 @@
-package exporter
+package exporter_test
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -55,9 +56,9 @@ func TestWindowAgainstRate(t *testing.T) {
 	for _, s := range steps {
 		sched = append(sched, fmt.Sprintf("%v:%s", s.rate, s.dur))
 	}
-	loaded := startExporter(t, c.AdminConfig(), "--namespace="+testNS,
+	loaded := start(t, c.AdminConfig(), "--namespace="+testNS,
 		"--apiservers="+a.URL()+","+b.URL(), "--load.schedule="+strings.Join(sched, ","))
-	passive := startExporter(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
+	passive := start(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
 		"--quiet.name=watchcache-quiet-passive", "--apiservers="+b.URL(), "--apiserver.history-window=135s")
 
 	capacity := func(s *testcluster.APIServer) float64 {
@@ -74,20 +75,20 @@ func TestWindowAgainstRate(t *testing.T) {
 	var samples []sample
 	start := time.Now()
 	for time.Since(start) < total-5*time.Second {
-		l, p := loaded.scrape(t), passive.scrape(t)
+		l, p := loaded.Scrape(t), passive.Scrape(t)
 		samples = append(samples, sample{
 			at:         time.Now(),
-			target:     l.value(t, "watchcache_load_target_writes_per_second"),
-			writes:     l.value(t, "watchcache_load_writes_total", "result", "ok"),
-			window:     l.value(t, "watchcache_window_seconds", "apiserver", idA),
-			windowV:    l.value(t, "watchcache_window_resource_versions", "apiserver", idA),
-			estimatedA: l.value(t, "watchcache_estimated_capacity_events", "apiserver", idA),
-			predicted:  l.value(t, "watchcache_predicted_window_seconds"),
+			target:     l.Value(t, "watchcache_load_target_writes_per_second"),
+			writes:     l.Value(t, "watchcache_load_writes_total", "result", "ok"),
+			window:     l.Value(t, "watchcache_window_seconds", "apiserver", idA),
+			windowV:    l.Value(t, "watchcache_window_resource_versions", "apiserver", idA),
+			estimatedA: l.Value(t, "watchcache_estimated_capacity_events", "apiserver", idA),
+			predicted:  l.Value(t, "watchcache_predicted_window_seconds"),
 			capacityA:  capacity(a),
-			windowB:    l.value(t, "watchcache_window_seconds", "apiserver", idB),
+			windowB:    l.Value(t, "watchcache_window_seconds", "apiserver", idB),
 			capacityB:  capacity(b),
-			passiveB:   p.value(t, "watchcache_window_seconds", "apiserver", idB),
-			predictB:   p.value(t, "watchcache_predicted_window_seconds"),
+			passiveB:   p.Value(t, "watchcache_window_seconds", "apiserver", idB),
+			predictB:   p.Value(t, "watchcache_predicted_window_seconds"),
 		})
 		time.Sleep(2 * time.Second)
 	}
@@ -148,11 +149,11 @@ func TestWindowAgainstRate(t *testing.T) {
 	if err := b.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	loaded.waitFor(t, 60*time.Second, "B's window to restart", func(m metrics) bool {
-		w := m.value(t, "watchcache_window_seconds", "apiserver", idB)
+	loaded.WaitFor(t, 60*time.Second, "B's window to restart", func(m exportertest.Metrics) bool {
+		w := m.Value(t, "watchcache_window_seconds", "apiserver", idB)
 		return w < 30
 	})
-	if w := loaded.scrape(t).value(t, "watchcache_window_seconds", "apiserver", idA); w < 100 {
+	if w := loaded.Scrape(t).Value(t, "watchcache_window_seconds", "apiserver", idA); w < 100 {
 		t.Errorf("A's window %.2f s after restarting B, want it untouched (> 100 s)", w)
 	}
 }
