@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build kube-bin prometheus chromium generate demo test vet fmt-check kind-e2e clean
+.PHONY: all build kube-bin prometheus chromium generate bench demo test vet fmt-check kind-e2e clean
 
 all: build
 
@@ -54,6 +54,12 @@ test: kube-bin prometheus chromium fmt-check vet
 # deploy/, checks a first BOOKMARK through a port-forward, deletes the cluster.
 kind-e2e:
 	$(GO) test -tags kind -count=1 -v -timeout 20m ./test/kind/
+
+# Load accuracy and cost (against the article's kubectl loops), client-side
+# ceiling, footprint and precision: writes docs/benchmarks.md (~25 minutes).
+bench: kube-bin build
+	$(GO) build -o bin/bench ./hack/bench
+	./bin/bench
 
 clean:
 	rm -rf bin .demo

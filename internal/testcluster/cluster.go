@@ -252,6 +252,9 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
+// EtcdPID is etcd's process ID, for measuring its CPU.
+func (c *Cluster) EtcdPID() int { return c.etcd.cmd.Process.Pid }
+
 // RemoveDir removes the cluster's folder; call it after Stop.
 func (c *Cluster) RemoveDir() error { return os.RemoveAll(c.dir) }
 
@@ -294,6 +297,13 @@ func (a *APIServer) Start(ctx context.Context) error {
 		return err
 	}
 	return waitReady(ctx, a.proc, hc, a.URL()+"/readyz", a.c.adminToken, 90*time.Second)
+}
+
+// PID is the running apiserver's process ID, for measuring its CPU.
+func (a *APIServer) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc.cmd.Process.Pid
 }
 
 // Stop stops the apiserver; etcd keeps its data.
