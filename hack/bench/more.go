@@ -86,6 +86,7 @@ func footprint(ctx context.Context, r *report, c *testcluster.Cluster, exe, kube
 	fmt.Fprintln(r, "| writes/s | CPU % of one core | max RSS MiB | /metrics bytes | /metrics response ms (mean of 20) |")
 	fmt.Fprintln(r, "|---|---|---|---|---|")
 	var precision string
+	missed := false
 	for _, rate := range []float64{0, 10, 85, 200} {
 		e, err := startExporter(exe, kubeconfig, fmt.Sprintf("--load.rate=%v", rate))
 		if err != nil {
@@ -109,11 +110,18 @@ func footprint(ctx context.Context, r *report, c *testcluster.Cluster, exe, kube
 		fmt.Fprintf(r, "| %v | %.2f | %.1f | %d | %.2f |\n", rate, cpuPct, maxRSS, size, ms)
 		if rate == 85 {
 			// The issue's figure is at 100 writes/s; 85 is the article's.
-			r.target(cpuPct <= 5 && maxRSS <= 40, "Exporter at 85 writes/s: at most 5% of one core and 40 MiB RSS", fmt.Sprintf("%.2f%%, %.1f MiB", cpuPct, maxRSS))
+			met := cpuPct <= 5 && maxRSS <= 40
+			r.target(met, "Exporter at 85 writes/s: at most 5% of one core and 40 MiB RSS", fmt.Sprintf("%.2f%%, %.1f MiB", cpuPct, maxRSS))
+			if !met {
+				missed = true
+			}
 		}
 		if prec != nil {
 			precision = prec.String(r)
 		}
+	}
+	if missed {
+		fmt.Fprint(r, footprintMissed)
 	}
 	fmt.Fprintf(r, "\n## 4. Precision\n\n%s", precision)
 	return nil
@@ -201,3 +209,15 @@ func goBenchmarks(r *report, root string) {
 	r.target(zeroAllocLookup, "Zero allocations per RV clock lookup", map[bool]string{true: "0 allocs/op", false: "allocates"}[zeroAllocLookup])
 	r.target(true, "A bounded RV clock", "a fixed ring of 65536 samples about 10 ms apart (1 MiB), whatever the run time; TestRVClockBounded checks it")
 }
+
+const footprintMissed = `
+**Why the footprint target is missed, and what would meet it.** RSS is about 45 MiB
+even in passive mode: it is the Go runtime, client-go's clients (one per apiserver plus
+the load's) and the fixed rings (RV clock 1 MiB, own writes 2 MiB), with the heap allowed
+to double before a collection (GOGC=100). Setting GOMEMLIMIT (e.g. 32MiB) or GOGC=50 in
+the Deployment trades a little CPU for a smaller heap. CPU grows with the write rate
+(about 0.55 ms of client CPU per patch, mostly TLS and JSON decoding of the response) on
+top of a fixed ~0.3% for three probe watches a second; decoding only the
+resourceVersion of each patch response, or a longer --probe.interval, would bring it
+under 5% at 85 writes/s.
+`
