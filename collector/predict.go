@@ -67,14 +67,14 @@ func (p *Predictor) Run(ctx context.Context) {
 		own := float64(writes-lastWrites) / dt
 		p.rate.WithLabelValues("exporter").Set(own)
 		r := own
-		if rv, _, ok := p.hist.Clock.Newest(); ok && lastRV != 0 {
-			cluster := float64(rv-lastRV) / dt
-			p.rate.WithLabelValues("cluster").Set(cluster)
-			if p.passive {
-				r = cluster
+		if rv, _, ok := p.hist.Clock.Newest(); ok {
+			if lastRV != 0 {
+				cluster := float64(rv-lastRV) / dt
+				p.rate.WithLabelValues("cluster").Set(cluster)
+				if p.passive {
+					r = cluster
+				}
 			}
-			lastRV = rv
-		} else if ok {
 			lastRV = rv
 		}
 		p.cache.AddRate(last.Sub(start).Seconds(), now.Sub(start).Seconds(), r)

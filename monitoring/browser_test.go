@@ -30,11 +30,7 @@ func chromium(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("chromium")
 	if err != nil {
-		msg := "chromium not found; install Debian's chromium with `make chromium` (make test does)"
-		if os.Getenv(testcluster.RequireEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testcluster.Missing(t, "chromium not found; install Debian's chromium with `make chromium` (make test does)")
 	}
 	return p
 }

@@ -135,11 +135,7 @@ func promtool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		msg := "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)"
-		if os.Getenv(testcluster.RequireEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testcluster.Missing(t, "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)")
 	}
 	return p
 }
