@@ -6,26 +6,32 @@ import (
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
 // Discover keeps fleet measuring the endpoints of the default/kubernetes
 // Service (one per apiserver instance) until ctx ends.
-func Discover(ctx context.Context, client kubernetes.Interface, fleet *Fleet, log logr.Logger) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(metav1.NamespaceDefault),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes"
-		}))
-	inf := factory.Discovery().V1().EndpointSlices()
+func Discover(ctx context.Context, client discoveryv1client.EndpointSlicesGetter, fleet *Fleet, log logr.Logger) {
+	selector := discoveryv1.LabelServiceName + "=kubernetes"
+	slices := client.EndpointSlices(metav1.NamespaceDefault)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return slices.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return slices.Watch(ctx, o)
+		},
+	}
+	var store cache.Store
 	sync := func() {
-		sl, err := inf.Lister().List(labels.Everything())
-		if err != nil {
-			log.Error(err, "listing EndpointSlices of default/kubernetes")
-			return
+		var sl []*discoveryv1.EndpointSlice
+		for _, o := range store.List() {
+			sl = append(sl, o.(*discoveryv1.EndpointSlice))
 		}
 		eps := FromSlices(sl)
 		if len(eps) == 0 {
@@ -34,15 +40,14 @@ func Discover(ctx context.Context, client kubernetes.Interface, fleet *Fleet, lo
 		}
 		fleet.Sync(ctx, eps)
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { sync() },
-		UpdateFunc: func(any, any) { sync() },
-		DeleteFunc: func(any) { sync() },
-	}); err != nil {
-		log.Error(err, "watching EndpointSlices")
-		return
-	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	<-ctx.Done()
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &discoveryv1.EndpointSlice{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { sync() },
+			UpdateFunc: func(any, any) { sync() },
+			DeleteFunc: func(any) { sync() },
+		},
+	})
+	ctrl.RunWithContext(ctx)
 }

@@ -1,6 +1,9 @@
-// Package collector measures the kube-apiserver's watch cache: two
+// Package collector is one apiserver's measurement of its watch cache: two
 // long-lived watchers on a quiet ConfigMap, reconnect probes from a stale and
-// from a BOOKMARK resourceVersion, expiry cycles, and the history window.
+// from a BOOKMARK resourceVersion, expiry cycles, the history window, the
+// detection of cache resets, and the predicted window. Its lifetime is that
+// of the apiserver in the fleet; what it shares with other apiservers' (the
+// RV history, the write rate) comes in through New.
 package collector
 
 import (
@@ -14,10 +17,17 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
+	"github.com/watchcache/watchcache-exporter/model"
+	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
 // Config of a Collector.
@@ -30,12 +40,17 @@ type Config struct {
 	// ProbeSettle is how long a probe waits for a 410 before it calls the
 	// RV served. Default: min(ProbeInterval/4, 250ms).
 	ProbeSettle time.Duration
+	// StaleAfter failed probe intervals the window gauges go to NaN.
+	// Default 3.
+	StaleAfter int
 	// Watch timeouts are drawn between these, as client-go's reflector
 	// does (5 to 10 minutes by default).
 	WatchTimeoutMin, WatchTimeoutMax time.Duration
 	// NotReadyAfter: a watcher closed for longer makes Ready fail.
 	// Default 30 s, so that a routine reconnect does not flap readiness.
 	NotReadyAfter time.Duration
+	// HistoryWindow is the apiserver's, for the prediction (75 s default).
+	HistoryWindow time.Duration
 }
 
 // farTooOldRV is older than any watch cache's history: the apiserver answers
@@ -45,19 +60,26 @@ const farTooOldRV = "1"
 // Collector runs the measurement; see the package comment.
 type Collector struct {
 	cfg    Config
-	client kubernetes.Interface
-	hist   *History
+	client corev1client.CoreV1Interface
+	hist   *rvclock.History
+	rate   func() float64
 	m      *Metrics
+	pred   *model.Predictor
 	log    logr.Logger
 	errLog *ratelog.Logger
-	now    func() time.Time
 	prober *Prober
 
 	plain, bookmarks *watcher
 	latestBookmarkRV atomic.Uint64
-	windowKnown      bool // owned by Run's goroutine
 
-	// The current expiry cycle; owned by Run's goroutine.
+	// Owned by Run's goroutine.
+	windowKnown bool
+	lastSuccess time.Time // of the window probe
+	stale       bool      // the window gauges are NaN for failed probes
+	last        struct {  // at the last probe that read O
+		known          bool
+		oldest, newest uint64
+	}
 	cycle struct {
 		active bool
 		r0     uint64
@@ -65,40 +87,51 @@ type Collector struct {
 	}
 }
 
-// New builds a Collector of one apiserver, which client reaches. hist is
+// New builds the Collector of one apiserver, which client reaches. hist is
 // shared with the load writer, whose patches teach it when each RV was
-// written, and with the Collectors of other apiservers.
-func New(cfg Config, client kubernetes.Interface, hist *History, reg prometheus.Registerer, log logr.Logger, now func() time.Time) (*Collector, error) {
+// written, and with the Collectors of other apiservers; rate is the write
+// rate the prediction takes.
+func New(cfg Config, client corev1client.CoreV1Interface, hist *rvclock.History, rate func() float64, reg prometheus.Registerer, log logr.Logger) (*Collector, error) {
 	if cfg.ProbeInterval <= 0 {
-		return nil, errors.New("probe interval must be positive")
+		return nil, errors.New("ProbeInterval must be positive")
 	}
 	if cfg.ProbeSettle <= 0 {
 		cfg.ProbeSettle = min(cfg.ProbeInterval/4, 250*time.Millisecond)
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 3
 	}
 	if cfg.WatchTimeoutMin <= 0 {
 		cfg.WatchTimeoutMin, cfg.WatchTimeoutMax = 5*time.Minute, 10*time.Minute
 	}
 	if cfg.WatchTimeoutMax < cfg.WatchTimeoutMin {
-		return nil, fmt.Errorf("watch timeout range %s..%s is empty", cfg.WatchTimeoutMin, cfg.WatchTimeoutMax)
+		return nil, fmt.Errorf("WatchTimeoutMax %s is less than WatchTimeoutMin %s", cfg.WatchTimeoutMax, cfg.WatchTimeoutMin)
 	}
 	if cfg.NotReadyAfter <= 0 {
 		cfg.NotReadyAfter = 30 * time.Second
 	}
+	if cfg.HistoryWindow <= 0 {
+		cfg.HistoryWindow = 75 * time.Second
+	}
+	rec := &recordingRegisterer{Registerer: reg}
+	errLog := ratelog.New(log, 30*time.Second, time.Now)
 	c := &Collector{
 		cfg:    cfg,
 		client: client,
 		hist:   hist,
-		m:      NewMetrics(reg),
+		rate:   rate,
+		m:      newMetrics(rec),
+		pred:   model.NewPredictor(cfg.HistoryWindow, time.Now(), rec),
 		log:    log,
-		errLog: ratelog.New(log, 30*time.Second, now),
-		now:    now,
-		prober: NewProber(client, cfg.Namespace, cfg.QuietName, cfg.ProbeSettle, now),
+		errLog: errLog,
+		prober: NewProber(client, cfg.Namespace, cfg.QuietName, cfg.ProbeSettle),
 	}
 	newWatcher := func(name string, bookmarks bool) *watcher {
 		return &watcher{
 			name: name, bookmarks: bookmarks,
-			client: client, ns: cfg.Namespace, quiet: cfg.QuietName,
-			m: c.m, log: log, now: now,
+			client: client, ns: cfg.Namespace,
+			opts: metav1.ListOptions{FieldSelector: owned.NameSelector(cfg.QuietName)},
+			m:    c.m, log: log, errLog: errLog,
 			minTimeout: cfg.WatchTimeoutMin, maxTimeout: cfg.WatchTimeoutMax,
 			onBookmark: c.observeBookmark,
 			relist:     c.ensureQuiet,
@@ -118,20 +151,15 @@ func (c *Collector) observeBookmark(rv uint64, at time.Time) {
 // ensureQuiet relists quiet, creating it again when it is missing (somebody
 // deleted it), and returns the RV to watch from.
 func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) {
-	rv, created, err := c.getOrCreateQuiet(ctx)
-	if created {
-		c.m.quietRecreations.Inc()
-		c.log.Info("the quiet ConfigMap was missing: created it again", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName, "resourceVersion", rv)
-	}
-	return rv, err
-}
-
-func (c *Collector) getOrCreateQuiet(ctx context.Context) (uint64, bool, error) {
 	rv, created, err := owned.Relist(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, owned.RoleQuiet)
 	if err != nil {
-		return 0, false, fmt.Errorf("list or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
+		return 0, fmt.Errorf("list or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
 	}
-	return rv, created, nil
+	if created {
+		c.m.quietRecreations.Inc()
+		c.log.Info("the quiet ConfigMap was missing: created it", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName, "resourceVersion", rv)
+	}
+	return rv, nil
 }
 
 // Run measures until ctx ends, then closes its watches and returns.
@@ -139,50 +167,50 @@ func (c *Collector) Run(ctx context.Context) {
 	// Both watchers start from quiet's RV as of before the first touch, so
 	// that they see every touch.
 	var rv uint64
-	backoff := newBackoff(time.Second, 30*time.Second)
+	delay := watchBackoff.DelayWithReset(clock.RealClock{}, backoffReset)
 	for {
 		var err error
-		if rv, _, err = c.getOrCreateQuiet(ctx); err == nil {
+		if rv, err = c.ensureQuiet(ctx); err == nil {
 			break
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		c.m.apiErrors.WithLabelValues("relist", reason(err)).Inc()
-		c.errLog.Error("ensure", err, "retrying", "retryIn", backoff.peek())
-		backoff.sleep(ctx)
+		c.errLog.Error("ensure", err, "retrying")
+		if pause.For(ctx, delay()) != nil {
+			return
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { c.plain.run(ctx, rv) })
 	wg.Go(func() { c.bookmarks.run(ctx, rv) })
 	defer wg.Wait()
-
-	tick := time.NewTicker(c.cfg.ProbeInterval)
-	defer tick.Stop()
-	for {
-		c.probe(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	c.lastSuccess = time.Now()
+	wait.NonSlidingUntilWithContext(ctx, c.probe, c.cfg.ProbeInterval)
 }
 
-// probe is one probe interval: start a cycle if none runs, probe from the
-// stale RV, the latest BOOKMARK RV and a far-too-old RV at the same moment,
-// and record what they say.
+// probe is one probe interval: start a cycle if none runs, probe from a
+// far-too-old RV (the window), the cycle's stale RV and the latest BOOKMARK
+// RV at the same moment, and record what they say. The window probe runs
+// whether or not a cycle could start.
 func (c *Collector) probe(ctx context.Context) {
 	if !c.cycle.active {
-		if !c.startCycle(ctx) {
-			return
-		}
+		c.startCycle(ctx)
 	}
 	var stale, bookmark, window ProbeResult
+	var snap rvclock.Snapshot
 	bookmarkRV := c.latestBookmarkRV.Load()
 	var wg sync.WaitGroup
-	wg.Go(func() { stale = c.prober.Probe(ctx, strconv.FormatUint(c.cycle.r0, 10)) })
-	wg.Go(func() { window = c.prober.Probe(ctx, farTooOldRV) })
+	wg.Go(func() {
+		window = c.prober.Probe(ctx, farTooOldRV)
+		// What the exporter knows as the answer arrives: read later, the
+		// writes of the other probes' settle time would count too.
+		snap = c.hist.SnapshotAfter(window.Refusal.Oldest)
+	})
+	if c.cycle.active {
+		wg.Go(func() { stale = c.prober.Probe(ctx, strconv.FormatUint(c.cycle.r0, 10)) })
+	}
 	if bookmarkRV != 0 {
 		wg.Go(func() { bookmark = c.prober.Probe(ctx, strconv.FormatUint(bookmarkRV, 10)) })
 	}
@@ -190,97 +218,151 @@ func (c *Collector) probe(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // shutting down: these results say nothing
 	}
-
-	c.record(FromStale, stale)
+	if c.cycle.active {
+		c.record(FromStale, stale)
+	}
 	if bookmarkRV != 0 {
 		c.record(FromBookmark, bookmark)
 	}
-	c.recordWindow(window)
-	if stale.Outcome == Expired {
-		c.endCycle(stale, bookmark, bookmarkRV)
+	c.record("", window)
+	c.pred.Advance(time.Now(), c.rate())
+	reset := c.recordWindow(window, stale, snap)
+	if c.cycle.active && stale.Outcome == Expired {
+		if reset {
+			c.log.Info("expiry cycle abandoned: the stale resourceVersion was refused because the cache was reset, not because it expired", "staleResourceVersion", c.cycle.r0)
+			c.cycle.active = false
+		} else {
+			c.endCycle(stale, bookmark, bookmarkRV)
+		}
 	}
 }
 
-func (c *Collector) startCycle(ctx context.Context) bool {
-	rv, err := owned.SetKey(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, "touched", c.now().UTC().Format(time.RFC3339Nano))
-	if isNotFound(err) {
+func (c *Collector) startCycle(ctx context.Context) {
+	touch := func() (uint64, error) {
+		return owned.SetKey(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, "touched", time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	rv, err := touch()
+	if apierrors.IsNotFound(err) {
 		if _, err = c.ensureQuiet(ctx); err == nil {
-			rv, err = owned.SetKey(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, "touched", c.now().UTC().Format(time.RFC3339Nano))
+			rv, err = touch()
 		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {
 			c.m.apiErrors.WithLabelValues("touch", reason(err)).Inc()
-			c.errLog.Error("touch", err, "cannot touch the quiet ConfigMap to start an expiry cycle; retrying", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName)
+			c.errLog.Error("touch", err, "cannot touch the quiet ConfigMap to start an expiry cycle; the window is still probed", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName)
 		}
-		return false
+		return
 	}
-	t0 := c.now()
+	t0 := time.Now()
 	c.m.quietTouches.Inc()
 	c.hist.ObserveWrite(rv, t0)
 	c.cycle.active, c.cycle.r0, c.cycle.t0 = true, rv, t0
 	c.m.distanceLive.Set(nan)
 	c.log.V(1).Info("expiry cycle started", "resourceVersion", rv)
-	return true
 }
 
+// record counts one probe's result; from "" is the window probe, which is
+// not a reconnect.
 func (c *Collector) record(from string, r ProbeResult) {
-	c.m.reconnects.WithLabelValues(from, r.Outcome.String()).Inc()
+	if from != "" {
+		c.m.reconnects.WithLabelValues(from, r.Outcome.String()).Inc()
+	}
 	switch r.Outcome {
 	case Expired:
 		c.m.refusals.WithLabelValues(string(r.Refusal.Source)).Inc()
 	case Error:
+		if from == "" {
+			from = "window"
+		}
 		c.m.apiErrors.WithLabelValues("probe", reason(r.Err)).Inc()
-		c.errLog.Error("probe-"+from, r.Err, "reconnect probe failed", "from", from)
+		c.errLog.Error("probe-"+from, r.Err, "probe failed", "from", from)
 	}
 }
 
-// recordWindow turns the far-too-old probe's O into the window gauges.
-func (c *Collector) recordWindow(r ProbeResult) {
-	if r.Outcome == Error {
-		c.m.apiErrors.WithLabelValues("probe", reason(r.Err)).Inc()
-		c.errLog.Error("probe-window", r.Err, "window probe failed; keeping the last window values")
-		return
+// recordWindow turns the far-too-old probe's O into the window gauges, and
+// says whether the cache was reset since the last probe. The stale probe's
+// refusal names O too, and stands in when the window probe failed.
+func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapshot) (reset bool) {
+	if window.Outcome == Error {
+		if !c.stale && time.Since(c.lastSuccess) >= time.Duration(c.cfg.StaleAfter)*c.cfg.ProbeInterval {
+			c.stale = true
+			c.log.Info("window unknown: the window probe has failed for "+strconv.Itoa(c.cfg.StaleAfter)+" probe intervals", "since", c.lastSuccess)
+			c.setWindowUnknown()
+		}
+		if stale.Outcome == Expired && stale.Refusal.Oldest != 0 {
+			return c.checkReset(stale.Refusal.Oldest, snap.Newest)
+		}
+		return false
 	}
-	if r.Outcome == Expired {
-		c.m.refusals.WithLabelValues(string(r.Refusal.Source)).Inc()
+	c.lastSuccess = window.Answered
+	c.m.lastProbeSuccess.Set(float64(window.Answered.UnixNano()) / 1e9)
+	if c.stale {
+		c.stale = false
+		c.log.Info("window probe answers again")
 	}
-	known := r.Outcome == Expired && r.Refusal.Oldest != 0
+	known := window.Outcome == Expired && window.Refusal.Oldest != 0
 	if known != c.windowKnown {
 		c.windowKnown = known
 		if known {
-			c.log.Info("the window is known: the apiserver names its oldest resourceVersion", "oldestResourceVersion", r.Refusal.Oldest)
+			c.log.Info("the window is known: the apiserver names its oldest resourceVersion", "oldestResourceVersion", window.Refusal.Oldest)
 		} else {
 			// The apiserver served RV 1 (its cache was built at RV 1 or
 			// less and has dropped nothing yet: a new cluster), or refused
 			// it without naming its oldest RV (etcd compaction: the watch
 			// cache is off for configmaps).
-			c.log.Info("the window is unknown: the apiserver does not name its oldest resourceVersion", "probe", r.Outcome.String(), "source", r.Refusal.Source)
+			c.log.Info("the window is unknown: the apiserver does not name its oldest resourceVersion", "probe", window.Outcome.String(), "source", window.Refusal.Source)
 		}
 	}
 	if !known {
-		c.m.windowSeconds.Set(nan)
-		c.m.windowRVs.Set(nan)
-		c.m.oldestRV.Set(nan)
-		c.m.distanceLive.Set(nan)
-		c.m.estimatedCapacity.Set(nan)
-		return
+		c.setWindowUnknown()
+		return false
 	}
-	oldest := r.Refusal.Oldest
+	oldest := window.Refusal.Oldest
+	reset = c.checkReset(oldest, snap.Newest)
 	c.m.oldestRV.Set(float64(oldest))
 	if c.cycle.active {
 		c.m.distanceLive.Set(float64(oldest) - float64(c.cycle.r0))
 	}
-	c.m.estimatedCapacity.Set(float64(c.hist.OwnWritesAfter(oldest)))
-	if newest, _, ok := c.hist.Clock.Newest(); ok && newest >= oldest {
-		c.m.newestRV.Set(float64(newest))
-		c.m.windowRVs.Set(float64(newest - oldest))
+	c.m.estimatedCapacity.Set(float64(snap.OwnWritesAfter))
+	if snap.Newest >= oldest {
+		c.m.newestRV.Set(float64(snap.Newest))
+		c.m.windowRVs.Set(float64(snap.Newest - oldest))
+	} else {
+		c.m.newestRV.Set(nan)
+		c.m.windowRVs.Set(nan)
 	}
 	// The cache's oldest event is oldest+1.
 	if written, ok := c.hist.Clock.TimeOf(oldest + 1); ok {
-		c.m.windowSeconds.Set(r.At.Sub(written).Seconds())
+		c.m.windowSeconds.Set(window.Answered.Sub(written).Seconds())
 	} else {
 		c.m.windowSeconds.Set(nan)
+	}
+	return reset
+}
+
+// checkReset compares the cache's oldest RV with the last probe's. Events
+// leave the cache oldest first, and never all of those known at the last
+// probe within one probe interval (the cache holds 75 s of writes at least):
+// an oldest RV at or past the newest RV known then means the cache was
+// rebuilt from a fresh list, by a restart of the apiserver or a relist of
+// its own.
+func (c *Collector) checkReset(oldest, newest uint64) bool {
+	prev := c.last
+	c.last.known, c.last.oldest, c.last.newest = true, oldest, max(newest, oldest)
+	if !prev.known || oldest <= prev.oldest || oldest < prev.newest {
+		return false
+	}
+	c.m.cacheResets.Inc()
+	c.pred.Reset(time.Now())
+	c.log.Info("the apiserver's watch cache was reset (a restart, or a relist of its own): every older resourceVersion is refused; the prediction starts again",
+		"oldestResourceVersion", oldest, "previousOldest", prev.oldest, "newestKnownAtLastProbe", prev.newest)
+	return true
+}
+
+func (c *Collector) setWindowUnknown() {
+	for _, g := range []prometheus.Gauge{c.m.windowSeconds, c.m.windowRVs, c.m.oldestRV, c.m.newestRV, c.m.distanceLive, c.m.estimatedCapacity} {
+		g.Set(nan)
 	}
 }
 
@@ -314,12 +396,12 @@ func (c *Collector) Ready() error {
 		switch {
 		case !ever:
 			errs = append(errs, fmt.Errorf("%s watcher not open yet", w.name))
-		case !open && c.now().Sub(since) > c.cfg.NotReadyAfter:
-			errs = append(errs, fmt.Errorf("%s watcher closed for %s", w.name, c.now().Sub(since).Round(time.Second)))
+		case !open && time.Since(since) > c.cfg.NotReadyAfter:
+			errs = append(errs, fmt.Errorf("%s watcher closed for %s", w.name, time.Since(since).Round(time.Second)))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // Unregister removes this Collector's series.
-func (c *Collector) Unregister() { c.m.Unregister() }
+func (c *Collector) Unregister() { c.m.unregister() }

@@ -6,10 +6,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
 func BenchmarkRecordProbe(b *testing.B) {
-	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, nil, NewHistory(16), prometheus.NewRegistry(), logr.Discard(), time.Now)
+	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), rvclock.NewHistory(16), func() float64 { return 0 }, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,27 +1,15 @@
 package collector
 
 import (
-	"time"
+	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
-const namespace = "watchcache"
-
-// Native histograms next to the classic buckets, so that Prometheus servers
-// with and without native histograms both resolve the interesting range.
-func histogram(name, help string, buckets []float64) prometheus.HistogramOpts {
-	return prometheus.HistogramOpts{
-		Namespace:                       namespace,
-		Name:                            name,
-		Help:                            help,
-		Buckets:                         buckets,
-		NativeHistogramBucketFactor:     1.1,
-		NativeHistogramMaxBucketNumber:  160,
-		NativeHistogramMinResetDuration: time.Hour,
-	}
-}
+var nan = math.NaN()
 
 var (
 	// Bookmarks come about every 60 s.
@@ -32,88 +20,81 @@ var (
 	distanceBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}
 )
 
-// Metrics are the collector's series; see the README for what each tells an
+// Metrics are one apiserver's series; see the README for what each tells an
 // operator.
 type Metrics struct {
-	firstBookmark     prometheus.Histogram
-	firstBookmarkLast prometheus.Gauge
-	bookmarkInterval  prometheus.Histogram
-	expiry            prometheus.Histogram
-	expiryLast        prometheus.Gauge
-	distance          prometheus.Histogram
-	distanceLast      prometheus.Gauge
-	distanceLive      prometheus.Gauge
-	windowSeconds     prometheus.Gauge
-	windowRVs         prometheus.Gauge
-	oldestRV          prometheus.Gauge
-	newestRV          prometheus.Gauge
-	reconnects        *prometheus.CounterVec
-	refusals          *prometheus.CounterVec
-	cycles            *prometheus.CounterVec
-	watchEvents       *prometheus.CounterVec
-	watchOpen         *prometheus.GaugeVec
-	watchRestarts     *prometheus.CounterVec
-	relists           *prometheus.CounterVec
-	apiErrors         *prometheus.CounterVec
-	quietRecreations  prometheus.Counter
-	quietTouches      prometheus.Counter
-	estimatedCapacity prometheus.Gauge
+	firstBookmark       prometheus.Histogram
+	firstBookmarkLast   prometheus.Gauge
+	bookmarkInterval    prometheus.Histogram
+	pretimeoutBookmarks prometheus.Counter
+	expiry              prometheus.Histogram
+	expiryLast          prometheus.Gauge
+	distance            prometheus.Histogram
+	distanceLast        prometheus.Gauge
+	distanceLive        prometheus.Gauge
+	windowSeconds       prometheus.Gauge
+	windowRVs           prometheus.Gauge
+	oldestRV            prometheus.Gauge
+	newestRV            prometheus.Gauge
+	estimatedCapacity   prometheus.Gauge
+	lastProbeSuccess    prometheus.Gauge
+	cacheResets         prometheus.Counter
+	reconnects          *prometheus.CounterVec
+	refusals            *prometheus.CounterVec
+	cycles              *prometheus.CounterVec
+	watchEvents         *prometheus.CounterVec
+	watchOpen           *prometheus.GaugeVec
+	watchRestarts       *prometheus.CounterVec
+	relists             *prometheus.CounterVec
+	apiErrors           *prometheus.CounterVec
+	quietRecreations    prometheus.Counter
+	quietTouches        prometheus.Counter
 
 	registered *recordingRegisterer
 }
 
-// NewMetrics registers the collector's series on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	rec := &recordingRegisterer{Registerer: reg}
-	f := promauto.With(rec)
+// newMetrics registers the series on reg.
+func newMetrics(reg *recordingRegisterer) *Metrics {
+	f := promauto.With(reg)
+	g := func(name, help string) prometheus.Gauge { return f.NewGauge(promopts.Gauge(name, help)) }
+	c := func(name, help string) prometheus.Counter { return f.NewCounter(promopts.Counter(name, help)) }
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return f.NewCounterVec(promopts.Counter(name, help), labels)
+	}
 	m := &Metrics{
-		registered: rec,
-		firstBookmark: f.NewHistogram(histogram("first_bookmark_seconds",
+		registered: reg,
+		firstBookmark: f.NewHistogram(promopts.Histogram("first_bookmark_seconds",
 			"Time from opening the bookmark watch to its first BOOKMARK event.", bookmarkBuckets)),
-		firstBookmarkLast: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "first_bookmark_seconds_last",
-			Help: "The last observation of watchcache_first_bookmark_seconds."}),
-		bookmarkInterval: f.NewHistogram(histogram("bookmark_interval_seconds",
-			"Time between consecutive BOOKMARK events on one bookmark watch.", bookmarkBuckets)),
-		expiry: f.NewHistogram(histogram("expiry_seconds",
-			"Time from obtaining a resourceVersion to the first 410 Gone when reconnecting from it (time to first 410).", expiryBuckets)),
-		expiryLast: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "expiry_seconds_last",
-			Help: "The last observation of watchcache_expiry_seconds."}),
-		distance: f.NewHistogram(histogram("stale_rv_distance",
+		firstBookmarkLast: g("first_bookmark_last_seconds", "The last observation of watchcache_first_bookmark_seconds."),
+		bookmarkInterval: f.NewHistogram(promopts.Histogram("bookmark_interval_seconds",
+			"Time between consecutive periodic BOOKMARK events on one bookmark watch; the BOOKMARK sent just before a watch's timeoutSeconds is not a period and is left out.", bookmarkBuckets)),
+		pretimeoutBookmarks: c("pretimeout_bookmarks_total", "BOOKMARKs the apiserver sent about 2 s before a watch's timeoutSeconds (left out of watchcache_bookmark_interval_seconds)."),
+		expiry: f.NewHistogram(promopts.Histogram("expiry_seconds",
+			"Time from obtaining a resourceVersion to the first 410 Gone when reconnecting from it (time to first 410). Cycles ended by a cache reset are left out.", expiryBuckets)),
+		expiryLast: g("expiry_last_seconds", "The last observation of watchcache_expiry_seconds."),
+		distance: f.NewHistogram(promopts.Histogram("stale_distance_resource_versions",
 			"At each first 410: the watch cache's oldest servable resourceVersion minus the refused one.", distanceBuckets)),
-		distanceLast: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stale_rv_distance_last",
-			Help: "The last observation of watchcache_stale_rv_distance."}),
-		distanceLive: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "stale_rv_distance_live",
-			Help: "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."}),
-		windowSeconds: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "window_seconds",
-			Help: "History window: now minus the time at which the cache's oldest resourceVersion was written. NaN until the exporter has seen that resourceVersion written."}),
-		windowRVs: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "window_resource_versions",
-			Help: "History window in resourceVersions: the newest known minus the cache's oldest servable one."}),
-		oldestRV: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "oldest_resource_version",
-			Help: "The oldest resourceVersion the watch cache still serves a watch from (O of 'too old resource version: R (O)')."}),
-		newestRV: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "newest_resource_version",
-			Help: "The newest resourceVersion the exporter has seen written."}),
-		reconnects: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "reconnects_total",
-			Help: "Reconnect probes, by the kind of resourceVersion they started from and their result."}, []string{"from", "result"}),
-		refusals: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "refusals_total",
-			Help: "410 Gone answers seen by probes, by which store refused: the watch cache, or etcd compaction."}, []string{"source"}),
-		cycles: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "expiry_cycles_total",
-			Help: "Completed expiry cycles, by the result of the reconnect from the latest BOOKMARK at the moment the stale resourceVersion was refused."}, []string{"bookmark_result"}),
-		watchEvents: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "watch_events_total",
-			Help: "Events each long-lived watcher received, by type."}, []string{"watcher", "type"}),
-		watchOpen: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "watch_open",
-			Help: "1 while the long-lived watcher's watch is open."}, []string{"watcher"}),
-		watchRestarts: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "watch_restarts_total",
-			Help: "Times a long-lived watcher reopened its watch, by why it had ended."}, []string{"watcher", "reason"}),
-		relists: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "relists_total",
-			Help: "Times a long-lived watcher had to relist because its resourceVersion was refused with 410 Gone."}, []string{"watcher"}),
-		apiErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "api_errors_total",
-			Help: "Failed apiserver requests of the measurement, by operation and Kubernetes status reason (Forbidden, NotFound, ...)."}, []string{"operation", "reason"}),
-		quietRecreations: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "quiet_recreations_total",
-			Help: "Times the quiet ConfigMap was found deleted and created again."}),
-		quietTouches: f.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "quiet_touches_total",
-			Help: "Patches of the quiet ConfigMap, one at the start of each expiry cycle."}),
-		estimatedCapacity: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "estimated_capacity_events",
-			Help: "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."}),
+		distanceLast: g("stale_distance_last_resource_versions", "The last observation of watchcache_stale_distance_resource_versions."),
+		distanceLive: g("stale_distance_live_resource_versions", "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."),
+		windowSeconds: g("window_seconds",
+			"History window: now minus the time at which the cache's oldest resourceVersion was written. NaN until the exporter has seen that resourceVersion written, and after 3 failed probe intervals."),
+		windowRVs:         g("window_resource_versions", "History window in resourceVersions: the newest known minus the cache's oldest servable one, both read when the probe's answer arrived."),
+		oldestRV:          g("oldest_resource_version", "The oldest resourceVersion the watch cache still serves a watch from (O of 'too old resource version: R (O)')."),
+		newestRV:          g("newest_resource_version", "The newest resourceVersion the exporter had seen written when the window probe was answered."),
+		estimatedCapacity: g("estimated_capacity_events", "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."),
+		lastProbeSuccess:  g("last_probe_success_timestamp_seconds", "When the window probe last got an answer from this apiserver (Unix time)."),
+		cacheResets:       c("cache_resets_total", "Times this apiserver's watch cache was rebuilt (its restart, or a relist of its own): its oldest resourceVersion jumped past every write known at the previous probe."),
+		reconnects:        cv("reconnects_total", "Reconnect probes, by the kind of resourceVersion they started from and their result.", "from", "result"),
+		refusals:          cv("refusals_total", "410 Gone answers seen by probes, by which store refused: the watch cache, or etcd compaction.", "source"),
+		cycles:            cv("expiry_cycles_total", "Completed expiry cycles, by the result of the reconnect from the latest BOOKMARK at the moment the stale resourceVersion was refused.", "bookmark_result"),
+		watchEvents:       cv("watch_events_total", "Events each long-lived watcher received, by type.", "watcher", "type"),
+		watchOpen: f.NewGaugeVec(promopts.Gauge("watch_open",
+			"1 while the long-lived watcher's watch is open."), []string{"watcher"}),
+		watchRestarts:    cv("watch_restarts_total", "Times a long-lived watcher reopened its watch, by why it had ended.", "watcher", "reason"),
+		relists:          cv("relists_total", "Times a long-lived watcher had to relist because its resourceVersion was refused with 410 Gone.", "watcher"),
+		apiErrors:        cv("api_errors_total", "Failed apiserver requests of the measurement, by operation and Kubernetes status reason (Forbidden, NotFound, ...).", "operation", "reason"),
+		quietRecreations: c("quiet_recreations_total", "Times the quiet ConfigMap was found deleted and created again."),
+		quietTouches:     c("quiet_touches_total", "Patches of the quiet ConfigMap, one at the start of each expiry cycle."),
 	}
 	for _, w := range []string{WatcherPlain, WatcherBookmarks} {
 		m.watchOpen.WithLabelValues(w)
@@ -127,22 +108,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.reconnects.WithLabelValues(from, r.String())
 		}
 	}
-	m.estimatedCapacity.Set(nan)
-	m.windowSeconds.Set(nan)
-	m.windowRVs.Set(nan)
-	m.distanceLive.Set(nan)
+	for _, x := range []prometheus.Gauge{m.estimatedCapacity, m.windowSeconds, m.windowRVs, m.oldestRV, m.newestRV,
+		m.distanceLive, m.distanceLast, m.expiryLast, m.firstBookmarkLast} {
+		x.Set(nan)
+	}
 	return m
 }
 
-// Unregister removes every series of these metrics, for an apiserver that
+// unregister removes every series of these metrics, for an apiserver that
 // is gone.
-func (m *Metrics) Unregister() {
+func (m *Metrics) unregister() {
 	for _, c := range m.registered.collectors {
 		m.registered.Unregister(c)
 	}
 }
 
-// recordingRegisterer remembers what it registered, for Unregister.
+// recordingRegisterer remembers what it registered, for unregister.
 type recordingRegisterer struct {
 	prometheus.Registerer
 	collectors []prometheus.Collector

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-)
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-var nan = math.NaN()
+	"github.com/watchcache/watchcache-exporter/internal/owned"
+)
 
 // Outcome of a reconnect probe.
 type Outcome int
@@ -50,7 +48,9 @@ type ProbeResult struct {
 	Outcome Outcome
 	Refusal Refusal // when Expired
 	Err     error   // when Error
-	At      time.Time
+	// At is when the probe was sent, Answered when its answer arrived (for
+	// OK: when the settle time ended).
+	At, Answered time.Time
 }
 
 // Prober opens short watches on the quiet ConfigMap from a given RV to see
@@ -59,29 +59,27 @@ type ProbeResult struct {
 // served RV is answered with 200 and then nothing (or quiet's events), so
 // the prober waits settle for an ERROR before calling the RV served.
 type Prober struct {
-	client kubernetes.Interface
+	client corev1client.ConfigMapsGetter
 	ns     string
-	name   string
+	opts   metav1.ListOptions
 	settle time.Duration
-	now    func() time.Time
 }
 
 // NewProber probes ns/name through client.
-func NewProber(client kubernetes.Interface, ns, name string, settle time.Duration, now func() time.Time) *Prober {
-	return &Prober{client: client, ns: ns, name: name, settle: settle, now: now}
+func NewProber(client corev1client.ConfigMapsGetter, ns, name string, settle time.Duration) *Prober {
+	return &Prober{client: client, ns: ns, settle: settle, opts: metav1.ListOptions{FieldSelector: owned.NameSelector(name)}}
 }
 
 // Probe opens a watch from rv and closes it as soon as the answer is known.
 func (p *Prober) Probe(ctx context.Context, rv string) ProbeResult {
-	at := p.now()
+	r := ProbeResult{At: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, p.settle+10*time.Second)
 	defer cancel()
-	w, err := p.client.CoreV1().ConfigMaps(p.ns).Watch(ctx, metav1.ListOptions{
-		ResourceVersion: rv,
-		FieldSelector:   fields.OneTermEqualSelector("metadata.name", p.name).String(),
-	})
+	opts := p.opts
+	opts.ResourceVersion = rv
+	w, err := p.client.ConfigMaps(p.ns).Watch(ctx, opts)
 	if err != nil {
-		return resultOf(err, at)
+		return r.of(err)
 	}
 	defer w.Stop()
 	timer := time.NewTimer(p.settle)
@@ -89,26 +87,50 @@ func (p *Prober) Probe(ctx context.Context, rv string) ProbeResult {
 	select {
 	case ev, open := <-w.ResultChan():
 		switch {
+		case !open && ctx.Err() != nil:
+			return r.of(ctx.Err())
 		case !open:
-			if ctx.Err() != nil {
-				return ProbeResult{Outcome: Error, Err: ctx.Err(), At: at}
-			}
-			return ProbeResult{Outcome: Error, Err: errors.New("watch closed without an event"), At: at}
+			return r.of(errors.New("watch closed without an event"))
 		case ev.Type == watch.Error:
-			return resultOf(apierrors.FromObject(ev.Object), at)
+			return r.of(apierrors.FromObject(ev.Object))
 		}
-		return ProbeResult{Outcome: OK, At: at}
+		r.Outcome, r.Answered = OK, time.Now()
+		return r
 	case <-timer.C:
-		return ProbeResult{Outcome: OK, At: at}
+		r.Outcome, r.Answered = OK, time.Now()
+		return r
 	case <-ctx.Done():
-		return ProbeResult{Outcome: Error, Err: ctx.Err(), At: at}
+		return r.of(ctx.Err())
 	}
 }
 
-func resultOf(err error, at time.Time) ProbeResult {
-	var st apierrors.APIStatus
-	if errors.As(err, &st) && st.Status().Code == http.StatusGone {
-		return ProbeResult{Outcome: Expired, Refusal: ParseRefusal(st.Status().Message), At: at}
+// of completes r with the answer err.
+func (r ProbeResult) of(err error) ProbeResult {
+	r.Answered = time.Now()
+	if isGone(err) {
+		var st apierrors.APIStatus
+		errors.As(err, &st)
+		r.Outcome, r.Refusal = Expired, ParseRefusal(st.Status().Message)
+		return r
 	}
-	return ProbeResult{Outcome: Error, Err: fmt.Errorf("watch: %w", err), At: at}
+	r.Outcome, r.Err = Error, fmt.Errorf("watch: %w", err)
+	return r
+}
+
+// isGone says whether err is the 410 Gone that tells a client to relist: as
+// client-go's reflector reads it, reason Expired or Gone, or the bare code.
+func isGone(err error) bool {
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return true
+	}
+	var st apierrors.APIStatus
+	return errors.As(err, &st) && st.Status().Code == http.StatusGone
+}
+
+// reason is the Kubernetes status reason of err, for the "reason" label.
+func reason(err error) string {
+	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
+		return string(r)
+	}
+	return "Unknown"
 }

@@ -2,9 +2,8 @@ package collector
 
 import (
 	"context"
-	"errors"
+	"math"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -13,11 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
+	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 )
 
 // Names of the two long-lived watchers, the "watcher" label.
@@ -28,24 +30,42 @@ const (
 
 // Why a watch ended, the "reason" label of watch_restarts_total.
 const (
-	endTimeout = "timeout" // the server closed it at timeoutSeconds
-	endClosed  = "closed"  // closed early: apiserver restart, network
-	endExpired = "expired" // ERROR 410: must relist
-	endError   = "error"   // another ERROR event, or the watch could not open
+	endTimeout  = "timeout"  // the server closed it at timeoutSeconds
+	endClosed   = "closed"   // closed early, after events or a second
+	endShort    = "short"    // closed within a second with no event: a failure
+	endDeadline = "deadline" // hung: our own deadline past timeoutSeconds ended it
+	endExpired  = "expired"  // 410: must relist
+	endError    = "error"    // another ERROR event, or the watch could not open
+)
+
+// As client-go's reflector: the backoff between failed watches and relists
+// (0.8 s doubling to 30 s, full jitter), reset after 2 minutes without one,
+// and a watch that ends within a second with no event counts as failed.
+var watchBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Cap: 30 * time.Second, Steps: 38, Factor: 2, Jitter: 1}
+
+const (
+	backoffReset   = 2 * time.Minute
+	shortWatch     = time.Second
+	clientDeadline = 15 * time.Second // past timeoutSeconds: the server should have closed it
+	// The apiserver sends a BOOKMARK 2 s before the watch's deadline (and its
+	// bookmark timer fires late by up to a second); one that arrives later
+	// than this before the client's view of the deadline is that one.
+	preTimeoutMargin = 2500 * time.Millisecond
 )
 
 // watcher keeps one watch on the quiet ConfigMap open for as long as it runs,
 // like an informer's reflector: it reopens a closed watch from its last RV,
-// relists (a get, since the watch selects one object) when that RV is
-// refused with 410, and backs off on errors.
+// relists (a list selected by name) when that RV is refused with 410, and
+// backs off on failures.
 type watcher struct {
 	name       string
 	bookmarks  bool
-	client     kubernetes.Interface
-	ns, quiet  string
+	client     corev1client.ConfigMapsGetter
+	ns         string
+	opts       metav1.ListOptions
 	m          *Metrics
 	log        logr.Logger
-	now        func() time.Time
+	errLog     *ratelog.Logger
 	minTimeout time.Duration
 	maxTimeout time.Duration
 	// onBookmark receives each BOOKMARK's RV and arrival time.
@@ -74,30 +94,31 @@ func (w *watcher) setOpen(open bool) {
 	if open {
 		w.everOpened = true
 	} else {
-		w.closedAt = w.now()
+		w.closedAt = time.Now()
 	}
 	w.mu.Unlock()
-	v := 0.0
-	if open {
-		v = 1
-	}
-	w.m.watchOpen.WithLabelValues(w.name).Set(v)
+	w.m.watchOpen.WithLabelValues(w.name).Set(map[bool]float64{false: 0, true: 1}[open])
 }
 
 // run watches from rv (0: relist first) until ctx ends.
 func (w *watcher) run(ctx context.Context, rv uint64) {
-	backoff := newBackoff(time.Second, 30*time.Second)
-	relisted := false // rv comes from a relist just now
+	delay := watchBackoff.DelayWithReset(clock.RealClock{}, backoffReset)
+	backoff := func(what string) {
+		d := delay()
+		w.errLog.Info("backoff-"+what, "watcher backing off", "watcher", w.name, "after", what, "retryIn", d.Round(time.Millisecond))
+		_ = pause.For(ctx, d)
+	}
 	for ctx.Err() == nil {
 		if rv == 0 {
 			var err error
 			if rv, err = w.relist(ctx); err != nil {
-				w.m.apiErrors.WithLabelValues("relist", reason(err)).Inc()
-				w.log.Error(err, "relist failed; retrying", "watcher", w.name, "retryIn", backoff.peek())
-				backoff.sleep(ctx)
+				if ctx.Err() == nil {
+					w.m.apiErrors.WithLabelValues("relist", reason(err)).Inc()
+					w.errLog.Error("relist-"+reason(err), err, "relist failed", "watcher", w.name)
+					backoff("relist")
+				}
 				continue
 			}
-			relisted = true
 		}
 		var end string
 		rv, end = w.watchOnce(ctx, rv)
@@ -106,21 +127,14 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 		}
 		w.m.watchRestarts.WithLabelValues(w.name, end).Inc()
 		switch end {
+		case endTimeout, endClosed:
+			continue // reopen at once from the last RV
 		case endExpired:
 			w.m.relists.WithLabelValues(w.name).Inc()
-			w.log.Info("resourceVersion refused with 410 Gone; relisting", "watcher", w.name, "resourceVersion", rv)
-			if relisted {
-				// Refused straight after a relist: the apiserver is not
-				// settled (a cache being rebuilt); do not hammer it.
-				backoff.sleep(ctx)
-			}
+			w.errLog.Info("expired", "resourceVersion refused with 410 Gone; relisting", "watcher", w.name, "resourceVersion", rv)
 			rv = 0
-		case endError:
-			backoff.sleep(ctx)
-		default:
-			backoff.reset()
-			relisted = false
 		}
+		backoff(end)
 	}
 }
 
@@ -130,23 +144,26 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 	// A random timeout between min and max, as client-go's reflector draws
 	// one, so that the exporter's watches behave like an informer's.
 	timeout := w.minTimeout + rand.N(w.maxTimeout-w.minTimeout+1)
-	secs := int64(timeout / time.Second)
-	opened := w.now()
-	wi, err := w.client.CoreV1().ConfigMaps(w.ns).Watch(ctx, metav1.ListOptions{
-		ResourceVersion:     strconv.FormatUint(rv, 10),
-		FieldSelector:       fields.OneTermEqualSelector("metadata.name", w.quiet).String(),
-		AllowWatchBookmarks: w.bookmarks,
-		TimeoutSeconds:      &secs,
-	})
+	secs := int64(math.Ceil(timeout.Seconds()))
+	opts := w.opts
+	opts.ResourceVersion = strconv.FormatUint(rv, 10)
+	opts.AllowWatchBookmarks = w.bookmarks
+	opts.TimeoutSeconds = &secs
+	// A hung connection is not left open forever: our own deadline a little
+	// past the server's.
+	wctx, cancel := context.WithTimeout(ctx, timeout+clientDeadline)
+	defer cancel()
+	opened := time.Now()
+	wi, err := w.client.ConfigMaps(w.ns).Watch(wctx, opts)
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return rv, endClosed
-		}
-		if isGone(err) {
+		case isGone(err):
 			return rv, endExpired
 		}
 		w.m.apiErrors.WithLabelValues("watch", reason(err)).Inc()
-		w.log.Error(err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
+		w.errLog.Error("open-"+reason(err), err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
 		return rv, endError
 	}
 	defer wi.Stop()
@@ -155,22 +172,37 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 	w.log.V(1).Info("watch open", "watcher", w.name, "resourceVersion", rv, "timeoutSeconds", secs)
 
 	var lastBookmark time.Time
+	events := 0
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case ev, ok = <-wi.ResultChan():
-		case <-ctx.Done():
-			return rv, endClosed
-		}
-		if !ok {
-			if w.now().Sub(opened) >= timeout-time.Second {
-				return rv, endTimeout
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return rv, endClosed
 			}
-			w.log.Info("watch closed early", "watcher", w.name, "after", w.now().Sub(opened).Round(time.Millisecond))
+			w.errLog.Info("deadline", "watch still open past its timeoutSeconds: closed it", "watcher", w.name, "timeoutSeconds", secs)
+			return rv, endDeadline
+		}
+		now := time.Now()
+		if !ok {
+			lasted := now.Sub(opened)
+			switch {
+			case ctx.Err() != nil:
+				return rv, endClosed
+			case wctx.Err() != nil:
+				return rv, endDeadline
+			case lasted >= timeout-time.Second:
+				return rv, endTimeout
+			case lasted < shortWatch && events == 0:
+				w.errLog.Info("short", "watch closed within a second with no event", "watcher", w.name)
+				return rv, endShort
+			}
+			w.errLog.Info("closed", "watch closed early", "watcher", w.name, "after", lasted.Round(time.Millisecond))
 			return rv, endClosed
 		}
-		now := w.now()
+		events++
 		w.m.watchEvents.WithLabelValues(w.name, string(ev.Type)).Inc()
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
@@ -178,7 +210,7 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 				return rv, endExpired
 			}
 			w.m.apiErrors.WithLabelValues("watch", reason(err)).Inc()
-			w.log.Error(err, "watch ERROR event", "watcher", w.name)
+			w.errLog.Error("event-"+reason(err), err, "watch ERROR event", "watcher", w.name)
 			return rv, endError
 		}
 		acc, err := meta.Accessor(ev.Object)
@@ -187,18 +219,26 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		}
 		evRV, err := owned.ParseRV(acc.GetResourceVersion())
 		if err != nil {
-			w.log.Error(err, "event without a numeric resourceVersion", "watcher", w.name, "type", ev.Type)
+			w.errLog.Error("rv", err, "event without a numeric resourceVersion", "watcher", w.name, "type", ev.Type)
 			continue
 		}
 		switch ev.Type {
 		case watch.Bookmark:
-			if lastBookmark.IsZero() {
+			preTimeout := now.Sub(opened) >= timeout-preTimeoutMargin
+			switch {
+			case lastBookmark.IsZero():
 				d := now.Sub(opened).Seconds()
 				w.m.firstBookmark.Observe(d)
 				w.m.firstBookmarkLast.Set(d)
 				w.log.Info("first BOOKMARK", "watcher", w.name, "seconds", d, "resourceVersion", evRV)
-			} else {
+			case preTimeout:
+				// Not a period: the apiserver's last word before the
+				// deadline.
+			default:
 				w.m.bookmarkInterval.Observe(now.Sub(lastBookmark).Seconds())
+			}
+			if preTimeout {
+				w.m.pretimeoutBookmarks.Inc()
 			}
 			lastBookmark = now
 			rv = evRV
@@ -208,8 +248,8 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 			if !w.bookmarks {
 				rv = evRV
 			}
-			if _, err := w.relist(ctx); err != nil {
-				w.log.Error(err, "recreating the deleted quiet ConfigMap", "watcher", w.name)
+			if _, err := w.relist(ctx); err != nil && ctx.Err() == nil {
+				w.errLog.Error("recreate", err, "recreating the deleted quiet ConfigMap", "watcher", w.name)
 			}
 		default:
 			// The bookmark watcher reopens from its last BOOKMARK, as the
@@ -221,38 +261,3 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		}
 	}
 }
-
-func isGone(err error) bool {
-	var st apierrors.APIStatus
-	return errors.As(err, &st) && st.Status().Code == http.StatusGone
-}
-
-// reason is the Kubernetes status reason of err, for the "reason" label.
-func reason(err error) string {
-	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
-		return string(r)
-	}
-	return "Unknown"
-}
-
-// backoff doubles a delay from min to max; reset starts again.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
-
-func (b *backoff) peek() time.Duration { return b.cur }
-func (b *backoff) reset()              { b.cur = b.min }
-
-func (b *backoff) sleep(ctx context.Context) {
-	t := time.NewTimer(b.cur)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	b.cur = min(2*b.cur, b.max)
-}
-
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

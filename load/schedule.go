@@ -118,11 +118,11 @@ func (s Schedule) Validate(maxRate float64) error {
 		case st.Rate < 0 || math.IsNaN(st.Rate) || math.IsInf(st.Rate, 0):
 			err = fmt.Errorf("rate %v: must be a number of writes/s, 0 or more (0: no load)", st.Rate)
 		case st.Rate > maxRate:
-			err = fmt.Errorf("rate %v is above --load.max-rate=%v", st.Rate, maxRate)
-		case !s.constant() && st.Duration <= 0:
+			err = fmt.Errorf("rate %v is above the cap of %v writes/s", st.Rate, maxRate)
+		case !s.IsConstant() && st.Duration <= 0:
 			err = errors.New("no duration")
 		}
-		if err != nil && !s.constant() {
+		if err != nil && !s.IsConstant() {
 			err = fmt.Errorf("step %d: %w", i+1, err)
 		}
 		if err != nil {
@@ -132,7 +132,8 @@ func (s Schedule) Validate(maxRate float64) error {
 	return nil
 }
 
-func (s Schedule) constant() bool { return len(s) == 1 && s[0].Duration <= 0 }
+// IsConstant says whether s is one rate held forever (--load.rate).
+func (s Schedule) IsConstant() bool { return len(s) == 1 && s[0].Duration <= 0 }
 
 // Max is the highest rate of the schedule.
 func (s Schedule) Max() float64 {
@@ -156,7 +157,7 @@ func (s Schedule) Passive() bool {
 // At returns the step in force after elapsed, its index, and how long it
 // still lasts (0: forever).
 func (s Schedule) At(elapsed time.Duration) (Step, int, time.Duration) {
-	if s.constant() {
+	if s.IsConstant() {
 		return s[0], 0, 0
 	}
 	var period time.Duration
@@ -174,7 +175,7 @@ func (s Schedule) At(elapsed time.Duration) (Step, int, time.Duration) {
 }
 
 func (s Schedule) String() string {
-	if s.constant() {
+	if s.IsConstant() {
 		return strconv.FormatFloat(s[0].Rate, 'f', -1, 64) + "/s"
 	}
 	parts := make([]string, len(s))

@@ -17,9 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 )
 
@@ -35,24 +37,35 @@ type Config struct {
 	MaxRate float64
 }
 
-// Validate reports a bad Config, naming the flag that sets the bad field.
+// FieldError says which field of a Config is wrong.
+type FieldError struct {
+	Field string // MaxRate, Schedule, Objects
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate reports each bad field of c as a *FieldError.
 func (c Config) Validate() error {
 	var errs []error
 	if c.MaxRate <= 0 || math.IsNaN(c.MaxRate) || math.IsInf(c.MaxRate, 0) {
-		errs = append(errs, fmt.Errorf("--load.max-rate=%v: must be a positive number of writes/s", c.MaxRate))
+		errs = append(errs, &FieldError{"MaxRate", errors.New("must be a positive number of writes/s")})
+	} else if c.MaxRate > MaxRateLimit {
+		errs = append(errs, &FieldError{"MaxRate", fmt.Errorf("must be at most %v writes/s", MaxRateLimit)})
 	}
 	if err := c.Schedule.Validate(c.MaxRate); err != nil {
-		flag := "--load.schedule"
-		if c.Schedule.constant() {
-			flag = "--load.rate"
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		errs = append(errs, &FieldError{"Schedule", err})
 	}
 	if c.Objects < 1 || c.Objects > 1000 {
-		errs = append(errs, fmt.Errorf("--load.objects=%d: must be between 1 and 1000", c.Objects))
+		errs = append(errs, &FieldError{"Objects", errors.New("must be between 1 and 1000")})
 	}
 	return errors.Join(errs...)
 }
+
+// MaxRateLimit bounds MaxRate: past it the client's burst (a tenth of the
+// rate) would overflow, and no apiserver this exporter measures keeps up.
+const MaxRateLimit = 100000
 
 // Names are the noise ConfigMaps' names.
 func (c Config) Names() []string {
@@ -80,11 +93,10 @@ type Observer interface {
 type Writer struct {
 	cfg    Config
 	names  []string
-	client kubernetes.Interface
+	client corev1client.CoreV1Interface
 	clock  Observer
 	log    logr.Logger
 	errLog *ratelog.Logger
-	now    func() time.Time
 
 	target   prometheus.Gauge
 	writes   *prometheus.CounterVec
@@ -95,22 +107,19 @@ type Writer struct {
 
 // NewWriter validates cfg and registers the load metrics on reg. client
 // must allow cfg.MaxRate requests/s (see ClientQPS).
-func NewWriter(cfg Config, client kubernetes.Interface, clock Observer, reg prometheus.Registerer, log logr.Logger, now func() time.Time) (*Writer, error) {
+func NewWriter(cfg Config, client corev1client.CoreV1Interface, clock Observer, reg prometheus.Registerer, log logr.Logger) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	f := promauto.With(reg)
 	w := &Writer{
 		cfg: cfg, names: cfg.Names(), client: client, clock: clock,
-		log: log, errLog: ratelog.New(log, 30*time.Second, now), now: now,
-		target: f.NewGauge(prometheus.GaugeOpts{Namespace: "watchcache", Name: "load_target_writes_per_second",
-			Help: "The write rate the load schedule asks for now."}),
-		writes: f.NewCounterVec(prometheus.CounterOpts{Namespace: "watchcache", Name: "load_writes_total",
-			Help: "Noise patches by result: ok, throttled (429 from API Priority and Fairness), error."}, []string{"result"}),
-		duration: f.NewHistogram(prometheus.HistogramOpts{Namespace: "watchcache", Name: "load_write_duration_seconds",
-			Help:    "Latency of noise patches, whatever their result.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), NativeHistogramBucketFactor: 1.1,
-			NativeHistogramMaxBucketNumber: 160, NativeHistogramMinResetDuration: time.Hour}),
+		log: log, errLog: ratelog.New(log, 30*time.Second, time.Now),
+		target: f.NewGauge(promopts.Gauge("load_target_writes_per_second", "The write rate the load schedule asks for now.")),
+		writes: f.NewCounterVec(promopts.Counter("load_writes_total",
+			"Noise patches by result: ok, throttled (429 from API Priority and Fairness), error."), []string{"result"}),
+		duration: f.NewHistogram(promopts.Histogram("load_write_duration_seconds",
+			"Latency of noise patches, whatever their result.", prometheus.ExponentialBuckets(0.001, 2, 14))),
 	}
 	for _, r := range []string{"ok", "throttled", "error"} {
 		w.writes.WithLabelValues(r)
@@ -122,7 +131,7 @@ func NewWriter(cfg Config, client kubernetes.Interface, clock Observer, reg prom
 // room for creating the objects. client-go's default (5 QPS, burst 10) would
 // hold the load at 5 writes/s.
 func ClientQPS(maxRate float64) (qps float32, burst int) {
-	return float32(maxRate + 10), int(maxRate/10) + 20
+	return float32(maxRate + 10), int(min(maxRate, MaxRateLimit)/10) + 20
 }
 
 // Run writes until ctx ends, following the schedule. A schedule that never
@@ -153,9 +162,9 @@ func (w *Writer) Run(ctx context.Context) {
 
 // follow sets the limiter to each step of the schedule in turn.
 func (w *Writer) follow(ctx context.Context, sched Schedule, gate *gate, limiter *rate.Limiter) {
-	start := w.now()
+	start := time.Now()
 	for {
-		st, i, remaining := sched.At(w.now().Sub(start))
+		st, i, remaining := sched.At(time.Now().Sub(start))
 		// A burst of a tenth of a second keeps the load smooth.
 		limiter.SetLimit(rate.Limit(st.Rate))
 		limiter.SetBurst(max(1, int(st.Rate/10)))
@@ -168,7 +177,7 @@ func (w *Writer) follow(ctx context.Context, sched Schedule, gate *gate, limiter
 			<-ctx.Done()
 			return
 		}
-		if sleep(ctx, remaining) != nil {
+		if pause.For(ctx, remaining) != nil {
 			return
 		}
 	}
@@ -182,7 +191,7 @@ func (w *Writer) ensureObjects(ctx context.Context) bool {
 				return false
 			}
 			w.errLog.Error("ensure", err, "cannot create noise ConfigMap; retrying in 5s", "namespace", w.cfg.Namespace, "name", w.names[i])
-			if sleep(ctx, 5*time.Second) != nil {
+			if pause.For(ctx, 5*time.Second) != nil {
 				return false
 			}
 			continue
@@ -205,10 +214,10 @@ func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
 		}
 		n := w.seq.Add(1)
 		name := w.names[n%uint64(len(w.names))]
-		start := w.now()
+		start := time.Now()
 		// A new value each time: a patch that changes nothing writes nothing.
 		rv, err := owned.SetKey(ctx, w.client, w.cfg.Namespace, name, "seq", strconv.FormatUint(n, 10))
-		end := w.now()
+		end := time.Now()
 		w.duration.Observe(end.Sub(start).Seconds())
 		if err == nil {
 			w.writes.WithLabelValues("ok").Inc()
@@ -218,7 +227,7 @@ func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
 		if ctx.Err() != nil {
 			return
 		}
-		if pause := w.failed(ctx, name, err); sleep(ctx, pause) != nil {
+		if d := w.failed(ctx, name, err); pause.For(ctx, d) != nil {
 			return
 		}
 	}
@@ -252,17 +261,6 @@ func (w *Writer) Cleanup(ctx context.Context) error {
 		return nil
 	}
 	return owned.Delete(ctx, w.client, w.cfg.Namespace, w.names...)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // gate holds the workers while the schedule asks for no writes: a limiter at

@@ -15,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/prometheus/promql/parser"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
 func TestGeneratedFilesUpToDate(t *testing.T) {
@@ -43,10 +45,13 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &describingRegisterer{Registerer: prometheus.NewRegistry()}
-	collector.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec))
-	hist := collector.NewHistory(10)
-	collector.NewPredictor(hist, 75*time.Second, false, time.Second, rec, logr.Discard(), time.Now)
-	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, hist, rec, logr.Discard(), time.Now); err != nil {
+	hist := rvclock.NewHistory(10)
+	rates := rvclock.NewRates(hist, false, time.Second, rec)
+	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), hist, rates.Rate,
+		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, hist, rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))

@@ -8,11 +8,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/watchcache/watchcache-exporter/internal/exporter"
+	"github.com/watchcache/watchcache-exporter/internal/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(exporter.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
 // ceiling drives the load writer flat out against a fake apiserver in
@@ -49,16 +49,16 @@ func ceiling(ctx context.Context, r *report, exe string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	const capRate = 1e6
+	const capRate = load.MaxRateLimit
 	cfg := &rest.Config{Host: "http://" + addr}
 	cfg.QPS, cfg.Burst = load.ClientQPS(capRate)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	hist := collector.NewHistory(1 << 18)
+	hist := rvclock.NewHistory(1 << 18)
 	w, err := load.NewWriter(load.Config{Namespace: ns, Prefix: "noise-", Objects: 8, Schedule: load.Constant(capRate), MaxRate: capRate},
-		cs, hist, prometheus.NewRegistry(), logr.Discard(), time.Now)
+		cs.CoreV1(), hist, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		return err
 	}

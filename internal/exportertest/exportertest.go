@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/internal/exporter"
+	"github.com/watchcache/watchcache-exporter/internal/daemon"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -39,7 +39,7 @@ func Start(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Exporter{Addr: addr, cancel: cancel, done: make(chan int, 1), logs: &SyncBuffer{}}
 	args = append([]string{"--kubeconfig=" + kubeconfig(t, cfg), "--web.listen-address=" + addr, "--log.format=text"}, args...)
-	go func() { e.done <- exporter.Run(ctx, args, io.Discard, e.logs) }()
+	go func() { e.done <- daemon.Run(ctx, args, io.Discard, e.logs) }()
 	t.Cleanup(func() {
 		e.Stop(t)
 		if t.Failed() {
@@ -129,7 +129,7 @@ func RunToExit(t *testing.T, cfg *rest.Config, args ...string) (int, string) {
 	var out SyncBuffer
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	code := exporter.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig(t, cfg), "--web.listen-address=127.0.0.1:0"}, args...), io.Discard, &out)
+	code := daemon.Run(ctx, append([]string{"--kubeconfig=" + kubeconfig(t, cfg), "--web.listen-address=127.0.0.1:0"}, args...), io.Discard, &out)
 	return code, out.String()
 }
 

@@ -14,7 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 )
 
 // Labels of every owned object.
@@ -47,12 +48,12 @@ func newConfigMap(ns, name, role string) *corev1.ConfigMap {
 }
 
 // Ensure gets ns/name, creating it when missing. created says whether it did.
-func Ensure(ctx context.Context, c kubernetes.Interface, ns, name, role string) (rv uint64, created bool, err error) {
-	cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+func Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, ns, name, role string) (rv uint64, created bool, err error) {
+	cm, err := c.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		cm, err = c.CoreV1().ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		cm, err = c.ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) { // created meanwhile by someone else
-			cm, err = c.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			cm, err = c.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 		} else if err == nil {
 			created = true
 		}
@@ -69,13 +70,13 @@ func Ensure(ctx context.Context, c kubernetes.Interface, ns, name, role string) 
 // watch from it misses nothing and is not refused. An object's own
 // resourceVersion is no such point: it may be older than the watch cache.
 // A missing object is created first; created says whether it was.
-func Relist(ctx context.Context, c kubernetes.Interface, ns, name, role string) (rv uint64, created bool, err error) {
-	l, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+func Relist(ctx context.Context, c corev1client.ConfigMapsGetter, ns, name, role string) (rv uint64, created bool, err error) {
+	l, err := c.ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
 	if err != nil {
 		return 0, false, err
 	}
 	if len(l.Items) == 0 {
-		cm, err := c.CoreV1().ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		cm, err := c.ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
 		if err == nil {
 			rv, err = ParseRV(cm.ResourceVersion)
 			return rv, true, err
@@ -93,11 +94,18 @@ func Relist(ctx context.Context, c kubernetes.Interface, ns, name, role string) 
 // It does not retry: a 429 or 5xx comes back to the caller, which decides
 // when to try again (client-go would otherwise retry 429s by itself, hiding
 // the throttling that we want to count).
-func SetKey(ctx context.Context, c kubernetes.Interface, ns, name, key, value string) (uint64, error) {
-	var cm corev1.ConfigMap
-	err := c.CoreV1().RESTClient().Patch(types.MergePatchType).
-		Namespace(ns).Resource("configmaps").Name(name).
-		Body(MergePatch(key, value)).MaxRetries(0).Do(ctx).Into(&cm)
+func SetKey(ctx context.Context, c corev1client.CoreV1Interface, ns, name, key, value string) (uint64, error) {
+	cm := &corev1.ConfigMap{}
+	var err error
+	if rc, ok := c.RESTClient().(*rest.RESTClient); ok && rc != nil {
+		err = rc.Patch(types.MergePatchType).
+			Namespace(ns).Resource("configmaps").Name(name).
+			Body(MergePatch(key, value)).MaxRetries(0).Do(ctx).Into(cm)
+	} else {
+		// No HTTP below the client (client-go's fake clientset in hermetic
+		// tests), so no retries to turn off: the typed patch.
+		cm, err = c.ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, MergePatch(key, value), metav1.PatchOptions{})
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -115,14 +123,19 @@ func MergePatch(key, value string) []byte {
 }
 
 // Delete deletes the named ConfigMaps of ns; missing ones are no error.
-func Delete(ctx context.Context, c kubernetes.Interface, ns string, names ...string) error {
+func Delete(ctx context.Context, c corev1client.ConfigMapsGetter, ns string, names ...string) error {
 	var errs []error
 	for _, name := range names {
-		if err := c.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete configmap %s/%s: %w", ns, name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NameSelector is the field selector of the one object named name.
+func NameSelector(name string) string {
+	return fields.OneTermEqualSelector("metadata.name", name).String()
 }
 
 // ParseRV reads a resourceVersion. The apiserver's RVs are etcd revisions;

@@ -33,6 +33,21 @@ func New(log logr.Logger, interval time.Duration, now func() time.Time) *Logger 
 
 // Error logs err under key unless key was logged less than interval ago.
 func (l *Logger) Error(key string, err error, msg string, kv ...any) {
+	if kv, ok := l.allow(key, kv); ok {
+		l.log.Error(err, msg, kv...)
+	}
+}
+
+// Info logs msg under key unless key was logged less than interval ago.
+func (l *Logger) Info(key string, msg string, kv ...any) {
+	if kv, ok := l.allow(key, kv); ok {
+		l.log.Info(msg, kv...)
+	}
+}
+
+// allow says whether key may be logged now, and adds the count of lines left
+// out since the last one to kv.
+func (l *Logger) allow(key string, kv []any) ([]any, bool) {
 	l.mu.Lock()
 	now := l.now()
 	e, ok := l.keys[key]
@@ -43,7 +58,7 @@ func (l *Logger) Error(key string, err error, msg string, kv ...any) {
 	if ok && now.Sub(e.last) < l.interval {
 		e.suppressed++
 		l.mu.Unlock()
-		return
+		return nil, false
 	}
 	suppressed := e.suppressed
 	e.last, e.suppressed = now, 0
@@ -51,5 +66,5 @@ func (l *Logger) Error(key string, err error, msg string, kv ...any) {
 	if suppressed > 0 {
 		kv = append(kv, "suppressedSinceLast", suppressed)
 	}
-	l.log.Error(err, msg, kv...)
+	return kv, true
 }

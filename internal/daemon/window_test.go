@@ -1,4 +1,4 @@
-package exporter_test
+package daemon_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package exporter
+package daemon
 
 import (
 	"io"
@@ -24,14 +24,15 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--no-such-flag"}, wantErr: "no-such-flag"},
 		{args: []string{"--load.rate=0"}},
 		{args: []string{"--load.rate=-1"}, wantErr: "--load.rate: rate -1: must be"},
-		{args: []string{"--load.rate=501"}, wantErr: "--load.rate: rate 501 is above --load.max-rate=500"},
+		{args: []string{"--load.rate=501"}, wantErr: "--load.rate: rate 501 is above the cap of 500 writes/s (--load.max-rate)"},
 		{args: []string{"--load.rate=900", "--load.max-rate=1000"}},
-		{args: []string{"--load.max-rate=0"}, wantErr: "--load.max-rate=0"},
-		{args: []string{"--load.objects=0"}, wantErr: "--load.objects=0"},
+		{args: []string{"--load.max-rate=0"}, wantErr: "--load.max-rate=0: must be a positive"},
+		{args: []string{"--load.max-rate=1e300"}, wantErr: "--load.max-rate=1e+300: must be at most"},
+		{args: []string{"--load.objects=0"}, wantErr: "--load.objects=0: must be between"},
 		{args: []string{"--load.schedule=40:5m,100:5m"}},
 		{args: []string{"--load.schedule=sweep:10:400:6:3m"}},
 		{args: []string{"--load.schedule=40:5m,100:5x"}, wantErr: `--load.schedule="40:5m,100:5x": step 2 "100:5x": bad duration "5x"`},
-		{args: []string{"--load.schedule=40:5m,900:5m"}, wantErr: "--load.schedule: step 2: rate 900 is above --load.max-rate=500"},
+		{args: []string{"--load.schedule=40:5m,900:5m"}, wantErr: "--load.schedule: step 2: rate 900 is above the cap of 500 writes/s (--load.max-rate)"},
 		{args: []string{"--load.schedule=40:5m", "--load.rate=3"}, wantErr: "--load.rate and --load.schedule: set one of them"},
 		{args: []string{"--probe.interval=10ms"}, wantErr: "--probe.interval=10ms"},
 		{args: []string{"--namespace=Bad_NS"}, wantErr: `--namespace="Bad_NS"`},

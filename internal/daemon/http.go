@@ -1,4 +1,4 @@
-package exporter
+package daemon
 
 import (
 	"context"

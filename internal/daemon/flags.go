@@ -1,4 +1,4 @@
-package exporter
+package daemon
 
 import (
 	"errors"
@@ -103,9 +103,7 @@ func (c config) validate() error {
 		}
 	}
 	if c.schedule != nil {
-		if err := c.loadConfig().Validate(); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, c.loadFlagErrors(c.loadConfig().Validate())...)
 	}
 	if c.historyWindow < 75*time.Second {
 		errs = append(errs, fmt.Errorf("--apiserver.history-window=%s: the apiserver never keeps less than 75s", c.historyWindow))
@@ -141,6 +139,59 @@ func (c config) validate() error {
 		errs = append(errs, fmt.Errorf("--log.format=%q: want json or text", c.logFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// loadFlagErrors names the flag of each field load.Config.Validate refused.
+func (c config) loadFlagErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		var fe *load.FieldError
+		if !errors.As(e, &fe) {
+			out = append(out, e)
+			continue
+		}
+		switch fe.Field {
+		case "MaxRate":
+			e = fmt.Errorf("--load.max-rate=%v: %w", c.loadMaxRate, fe.Err)
+		case "Objects":
+			e = fmt.Errorf("--load.objects=%d: %w", c.loadObjects, fe.Err)
+		case "Schedule":
+			flag := "--load.schedule"
+			if c.schedule.IsConstant() {
+				flag = "--load.rate"
+			}
+			if c.schedule.Max() > c.loadMaxRate {
+				e = fmt.Errorf("%s: %w (--load.max-rate)", flag, fe.Err)
+			} else {
+				e = fmt.Errorf("%s: %w", flag, fe.Err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// The mode, worked out once from the schedule.
+
+// writes says whether the schedule ever writes noise (else: passive mode).
+func (c config) writes() bool { return c.schedule.Max() > 0 }
+
+// idles says whether the schedule has times without writes, when the RV
+// clock must learn from polling instead.
+func (c config) idles() bool { return c.schedule.Passive() }
+
+func (c config) mode() string {
+	if c.writes() {
+		return "load"
+	}
+	return "passive"
 }
 
 func defaultNamespace() string {

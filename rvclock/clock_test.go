@@ -1,4 +1,4 @@
-package collector
+package rvclock
 
 import (
 	"testing"
@@ -7,8 +7,8 @@ import (
 
 var t0 = time.Unix(1_800_000_000, 0)
 
-func TestRVClock(t *testing.T) {
-	c := NewRVClock(100, 0)
+func TestClock(t *testing.T) {
+	c := NewClock(100, 0)
 	if _, ok := c.TimeOf(1); ok {
 		t.Fatal("empty clock knows a time")
 	}
@@ -40,9 +40,9 @@ func TestRVClock(t *testing.T) {
 	}
 }
 
-func TestRVClockBounded(t *testing.T) {
+func TestClockBounded(t *testing.T) {
 	const capacity = 64
-	c := NewRVClock(capacity, 10*time.Millisecond)
+	c := NewClock(capacity, 10*time.Millisecond)
 	// 1000 writes/s for 10 s: 10000 RVs, one sample per 10 ms at most.
 	for i := 0; i < 10000; i++ {
 		c.Observe(uint64(i+1), t0.Add(time.Duration(i)*time.Millisecond))
@@ -63,8 +63,8 @@ func TestRVClockBounded(t *testing.T) {
 	}
 }
 
-func TestRVClockNonMonotonicTime(t *testing.T) {
-	c := NewRVClock(10, 0)
+func TestClockNonMonotonicTime(t *testing.T) {
+	c := NewClock(10, 0)
 	c.Observe(10, t0.Add(time.Second))
 	c.Observe(20, t0) // a newer RV reported with an earlier time
 	if got, _ := c.TimeOf(20); got.Before(t0.Add(time.Second)) {
@@ -72,16 +72,16 @@ func TestRVClockNonMonotonicTime(t *testing.T) {
 	}
 }
 
-func BenchmarkRVClockObserve(b *testing.B) {
-	c := NewRVClock(1<<16, 10*time.Millisecond)
+func BenchmarkClockObserve(b *testing.B) {
+	c := NewClock(1<<16, 10*time.Millisecond)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.Observe(uint64(i+1), t0.Add(time.Duration(i)*time.Millisecond))
 	}
 }
 
-func BenchmarkRVClockTimeOf(b *testing.B) {
-	c := NewRVClock(1<<16, 0)
+func BenchmarkClockTimeOf(b *testing.B) {
+	c := NewClock(1<<16, 0)
 	for i := 0; i < 1<<16; i++ {
 		c.Observe(uint64(2*i+1), t0.Add(time.Duration(i)*time.Millisecond))
 	}

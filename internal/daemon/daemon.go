@@ -1,0 +1,264 @@
+// Package daemon is the composition root of watchcache-exporter: flags to
+// config, the parts built from it, and those parts run in order until a
+// signal, then stopped in order.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/common/version"
+	apiversion "k8s.io/apimachinery/pkg/version"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/watchcache/watchcache-exporter/apiservers"
+	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/preflight"
+	"github.com/watchcache/watchcache-exporter/internal/ratelog"
+	"github.com/watchcache/watchcache-exporter/internal/status"
+	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/rvclock"
+)
+
+const name = "watchcache-exporter"
+
+// Run is the command without the process: it returns the exit status, 2 for
+// bad flags and 1 for a failure to start or to serve.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	if cfg.version {
+		fmt.Fprintln(stdout, version.Print(name))
+		return 0
+	}
+	slogger, log := newLogger(stderr, cfg.logLevel, cfg.logFormat)
+	log.Info("starting", "version", version.Info(), "build", version.BuildContext())
+	setMemoryLimit(slogger)
+	p, err := build(ctx, cfg, slogger, log)
+	if err == nil {
+		err = p.run(ctx)
+	}
+	if err != nil {
+		log.Error(err, "exiting")
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// parts are the exporter's pieces, built and checked before any of them runs.
+type parts struct {
+	cfg    config
+	log    logr.Logger
+	slog   *slog.Logger
+	core   corev1client.CoreV1Interface // the measurement's client
+	hist   *rvclock.History
+	rates  *rvclock.Rates
+	writer *load.Writer
+	fleet  *apiservers.Fleet
+	page   *status.Page
+	mux    http.Handler
+	// Either discovery finds the apiservers, or they are fixed.
+	discovery discoveryv1client.EndpointSlicesGetter
+	endpoints []apiservers.Endpoint
+}
+
+// build connects, checks RBAC and builds every part; it runs nothing.
+func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logger) (*parts, error) {
+	restCfg, err := restConfig(cfg.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	restCfg.UserAgent = name + "/" + version.Version
+	// Protobuf for the core/v1 requests: cheaper to decode than JSON.
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	// The measurement makes about four requests per probe interval and
+	// apiserver; the load has a client of its own, sized to its cap.
+	measureCfg := rest.CopyConfig(restCfg)
+	measureCfg.QPS, measureCfg.Burst = 20, 40
+	loadCfg := rest.CopyConfig(restCfg)
+	loadCfg.QPS, loadCfg.Burst = load.ClientQPS(cfg.loadMaxRate)
+	core, err := corev1client.NewForConfig(measureCfg)
+	if err != nil {
+		return nil, err
+	}
+	loadCore, err := corev1client.NewForConfig(loadCfg)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := authorizationv1client.NewForConfig(measureCfg)
+	if err != nil {
+		return nil, err
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sv, err := serverVersion(startCtx, core.RESTClient())
+	if err != nil {
+		return nil, fmt.Errorf("apiserver %s unreachable: %w", restCfg.Host, err)
+	}
+	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion, "mode", cfg.mode())
+	if err := preflight.Check(startCtx, authz, neededAccess(cfg)); err != nil {
+		return nil, err
+	}
+
+	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		versioncollector.NewCollector("watchcache_exporter"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	// Enough own writes for the largest cache (204800 events with a 135 s
+	// window); 2 MiB.
+	p.hist = rvclock.NewHistory(1 << 18)
+	p.rates = rvclock.NewRates(p.hist, !cfg.writes(), cfg.probeInterval, reg)
+	if p.writer, err = load.NewWriter(cfg.loadConfig(), loadCore, p.hist, reg, log.WithName("load")); err != nil {
+		return nil, err
+	}
+	p.fleet = apiservers.NewFleet(func(ep apiservers.Endpoint) (apiservers.Measurement, error) {
+		epCfg := rest.CopyConfig(measureCfg)
+		epCfg.Host = ep.URL
+		if cfg.apiservers == "discover" && epCfg.ServerName == "" {
+			// Endpoints are IPs; the serving certificate names the Service.
+			epCfg.ServerName = "kubernetes.default.svc"
+		}
+		epCore, err := corev1client.NewForConfig(epCfg)
+		if err != nil {
+			return nil, err
+		}
+		return collector.New(collector.Config{
+			Namespace:     cfg.namespace,
+			QuietName:     cfg.quietName,
+			ProbeInterval: cfg.probeInterval,
+			HistoryWindow: cfg.historyWindow,
+		}, epCore, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
+			log.WithName("collector").WithValues("apiserver", ep.ID))
+	}, log.WithName("apiservers"))
+	switch cfg.apiservers {
+	case "discover":
+		if p.discovery, err = discoveryv1client.NewForConfig(measureCfg); err != nil {
+			return nil, err
+		}
+	case "":
+		u, err := url.Parse(restCfg.Host)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig server %q: %w", restCfg.Host, err)
+		}
+		p.endpoints = []apiservers.Endpoint{{ID: apiservers.FromHost(u.Host).ID, URL: restCfg.Host}}
+	default:
+		p.endpoints, _ = apiservers.ParseList(cfg.apiservers) // validated with the flags
+	}
+	p.page = status.New(reg, 5*time.Second, 720) // an hour
+	p.mux = newMux(cfg, reg, p.fleet.Ready, p.page.Handler(cfg.telemetryPath))
+	return p, nil
+}
+
+// run runs the parts until ctx ends or the HTTP server fails. Shutdown order:
+// the load stops first, then the measurements and their watches, then the
+// owned objects are deleted, and the HTTP server stops last.
+func (p *parts) run(ctx context.Context) error {
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	measureCtx, stopMeasure := context.WithCancel(context.Background())
+	defer stopMeasure()
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	var loadWG, measureWG sync.WaitGroup
+	httpDone := make(chan error, 1)
+	loadWG.Go(func() { p.writer.Run(loadCtx) })
+	measureWG.Go(func() { p.rates.Run(measureCtx) })
+	measureWG.Go(func() { p.page.Run(measureCtx) })
+	if p.cfg.idles() {
+		errLog := ratelog.New(p.log.WithName("poll"), 30*time.Second, time.Now)
+		measureWG.Go(func() {
+			rvclock.Poll(measureCtx, p.core, p.cfg.namespace, p.cfg.quietName, p.cfg.probeInterval, p.hist, errLog)
+		})
+	}
+	if p.discovery != nil {
+		measureWG.Go(func() { apiservers.Discover(measureCtx, p.discovery, p.fleet, p.log.WithName("apiservers")) })
+	} else {
+		p.fleet.Sync(measureCtx, p.endpoints)
+	}
+	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.slog) }()
+
+	var httpErr error
+	httpEnded := false
+	select {
+	case <-ctx.Done():
+		p.log.Info("shutting down")
+	case httpErr = <-httpDone:
+		httpEnded = true
+	}
+	stopLoad()
+	loadWG.Wait()
+	stopMeasure()
+	measureWG.Wait()
+	p.fleet.Stop()
+	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelCleanup()
+	if err := errors.Join(p.writer.Cleanup(cleanupCtx), owned.Delete(cleanupCtx, p.core, p.cfg.namespace, p.cfg.quietName)); err != nil {
+		p.log.Error(err, "deleting the exporter's ConfigMaps; delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", p.cfg.namespace)
+	} else {
+		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
+	}
+	stopHTTP()
+	if !httpEnded {
+		httpErr = <-httpDone
+	}
+	return httpErr
+}
+
+// serverVersion reads /version through c.
+func serverVersion(ctx context.Context, c rest.Interface) (*apiversion.Info, error) {
+	body, err := c.Get().AbsPath("/version").Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	var info apiversion.Info
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, fmt.Errorf("/version: %w", err)
+	}
+	return &info, nil
+}
+
+// restConfig loads --kubeconfig, or else the in-cluster config, or else the
+// usual kubeconfig rules.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		if c, err := rest.InClusterConfig(); err == nil {
+			return c, nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	return c, nil
+}

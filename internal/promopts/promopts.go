@@ -1,0 +1,37 @@
+// Package promopts holds the metric options every package of the exporter
+// shares: the name prefix and the shape of its histograms.
+package promopts
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace is the prefix of every series: watchcache_.
+const Namespace = "watchcache"
+
+// Histogram is classic with buckets and native (factor 1.1) at once, so that
+// Prometheus servers with and without native histograms both resolve the
+// interesting range.
+func Histogram(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{
+		Namespace:                       Namespace,
+		Name:                            name,
+		Help:                            help,
+		Buckets:                         buckets,
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  160,
+		NativeHistogramMinResetDuration: time.Hour,
+	}
+}
+
+// Gauge is a gauge's options.
+func Gauge(name, help string) prometheus.GaugeOpts {
+	return prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}
+}
+
+// Counter is a counter's options.
+func Counter(name, help string) prometheus.CounterOpts {
+	return prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}
+}

@@ -1,0 +1,44 @@
+// Package ring is a fixed-size ring buffer that drops its oldest element when
+// full: the bounded memory of the exporter's RV history.
+package ring
+
+// Ring holds at most its capacity of T, oldest first. It is not safe for
+// concurrent use; its owner locks.
+type Ring[T any] struct {
+	buf      []T
+	start, n int
+}
+
+// New returns a Ring of capacity (at least 1).
+func New[T any](capacity int) *Ring[T] { return &Ring[T]{buf: make([]T, max(capacity, 1))} }
+
+// Len is the number of elements held.
+func (r *Ring[T]) Len() int { return r.n }
+
+// At is the i-th element, 0 the oldest. i must be in [0, Len()).
+func (r *Ring[T]) At(i int) *T { return &r.buf[(r.start+i)%len(r.buf)] }
+
+// Push appends v, dropping the oldest element when full.
+func (r *Ring[T]) Push(v T) {
+	if r.n == len(r.buf) {
+		r.start = (r.start + 1) % len(r.buf)
+		r.n--
+	}
+	*r.At(r.n) = v
+	r.n++
+}
+
+// Search is the smallest i in [0, Len()) for which f(At(i)) is true, or Len();
+// f must be false and then true along the ring, as for sort.Search.
+func (r *Ring[T]) Search(f func(*T) bool) int {
+	lo, hi := 0, r.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if !f(r.At(mid)) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}

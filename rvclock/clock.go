@@ -1,0 +1,109 @@
+// Package rvclock is the exporter's process-wide knowledge of
+// resourceVersions: when each was written (the RV clock), which were the
+// exporter's own ConfigMap writes, and the write rates they give. Every
+// apiserver's measurement shares it: RVs are etcd revisions, one counter for
+// the whole cluster.
+package rvclock
+
+import (
+	"sync"
+	"time"
+
+	"github.com/watchcache/watchcache-exporter/internal/ring"
+)
+
+// Clock maps resourceVersions to the times they were written. It learns
+// from RVs the exporter sees come into being (its own patches, BOOKMARKs,
+// fresh list RVs) and answers, by interpolation, when an older RV was
+// written: exact where the exporter is the only writer, close where writes
+// are steady.
+//
+// Memory is bounded: a ring of at most capacity samples, kept at least
+// resolution apart (the newest sample always moves to the newest RV).
+type Clock struct {
+	mu         sync.Mutex
+	ring       *ring.Ring[sample]
+	resolution int64
+}
+
+type sample struct {
+	rv uint64
+	ns int64 // unix nanoseconds
+}
+
+// NewClock keeps up to capacity samples, about resolution apart: it
+// remembers about capacity × resolution of history at any write rate, and
+// more where writes are sparser.
+func NewClock(capacity int, resolution time.Duration) *Clock {
+	return &Clock{ring: ring.New[sample](max(capacity, 2)), resolution: int64(resolution)}
+}
+
+// Observe records that rv existed at t. RVs not newer than the newest known
+// are ignored: they bring no news, and responses of concurrent writes arrive
+// a little out of order.
+func (c *Clock) Observe(rv uint64, t time.Time) {
+	ns := t.UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.ring.Len(); n > 0 {
+		last := c.ring.At(n - 1)
+		if rv <= last.rv {
+			return
+		}
+		ns = max(ns, last.ns) // RVs grow with time; keep the map monotonic
+		if n >= 2 && ns-c.ring.At(n-2).ns < c.resolution {
+			*last = sample{rv, ns}
+			return
+		}
+	}
+	c.ring.Push(sample{rv, ns})
+}
+
+// TimeOf returns when rv was written, interpolated between the nearest known
+// RVs. ok is false when rv is older than the oldest or newer than the newest
+// known RV.
+func (c *Clock) TimeOf(rv uint64) (t time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.ring.Len()
+	if n == 0 || rv < c.ring.At(0).rv || rv > c.ring.At(n-1).rv {
+		return time.Time{}, false
+	}
+	i := c.ring.Search(func(s *sample) bool { return s.rv >= rv })
+	b := c.ring.At(i)
+	if b.rv == rv {
+		return time.Unix(0, b.ns), true
+	}
+	a := c.ring.At(i - 1)
+	frac := float64(rv-a.rv) / float64(b.rv-a.rv)
+	return time.Unix(0, a.ns+int64(frac*float64(b.ns-a.ns))), true
+}
+
+// Oldest returns the oldest RV the clock still knows the time of.
+func (c *Clock) Oldest() (rv uint64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ring.Len() == 0 {
+		return 0, false
+	}
+	return c.ring.At(0).rv, true
+}
+
+// Newest returns the newest known RV and when it was seen.
+func (c *Clock) Newest() (rv uint64, t time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.ring.Len()
+	if n == 0 {
+		return 0, time.Time{}, false
+	}
+	s := c.ring.At(n - 1)
+	return s.rv, time.Unix(0, s.ns), true
+}
+
+// Len is the number of samples held.
+func (c *Clock) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ring.Len()
+}
