@@ -150,14 +150,18 @@ func (c *Collector) observeBookmark(rv uint64, at time.Time) {
 
 // ensureQuiet relists quiet, creating it again when it is missing (somebody
 // deleted it), and returns the RV to watch from.
-func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) {
+func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) { return c.relistQuiet(ctx, true) }
+
+// relistQuiet is ensureQuiet; again says whether a missing quiet is news
+// (a recreation) rather than the first start.
+func (c *Collector) relistQuiet(ctx context.Context, again bool) (uint64, error) {
 	rv, created, err := owned.Relist(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, owned.RoleQuiet)
 	if err != nil {
 		return 0, fmt.Errorf("list or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
 	}
-	if created {
+	if created && again {
 		c.m.quietRecreations.Inc()
-		c.log.Info("the quiet ConfigMap was missing: created it", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName, "resourceVersion", rv)
+		c.log.Info("the quiet ConfigMap was missing: created it again", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName, "resourceVersion", rv)
 	}
 	return rv, nil
 }
@@ -170,7 +174,7 @@ func (c *Collector) Run(ctx context.Context) {
 	delay := watchBackoff.DelayWithReset(clock.RealClock{}, backoffReset)
 	for {
 		var err error
-		if rv, err = c.ensureQuiet(ctx); err == nil {
+		if rv, err = c.relistQuiet(ctx, false); err == nil {
 			break
 		}
 		if ctx.Err() != nil {

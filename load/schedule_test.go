@@ -43,7 +43,7 @@ func TestParseSchedule(t *testing.T) {
 
 func TestScheduleValidate(t *testing.T) {
 	s, _ := ParseSchedule("40:1m,600:1m")
-	if err := s.Validate(500); err == nil || !strings.Contains(err.Error(), "step 2: rate 600 is above --load.max-rate=500") {
+	if err := s.Validate(500); err == nil || !strings.Contains(err.Error(), "step 2: rate 600 is above the cap of 500 writes/s") {
 		t.Errorf("Validate: %v", err)
 	}
 	if err := Constant(500).Validate(500); err != nil {

@@ -1,0 +1,94 @@
+package load_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/watchcache/watchcache-exporter/internal/fakecache"
+	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/rvclock"
+)
+
+func runWriter(t *testing.T, srv *fakecache.Server, rate float64, d time.Duration) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	w, err := load.NewWriter(load.Config{Namespace: "ns", Prefix: "noise-", Objects: 1, Schedule: load.Constant(rate), MaxRate: 100},
+		srv.CoreV1(), rvclock.NewHistory(100), reg, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.Run(ctx) })
+	time.Sleep(d)
+	cancel()
+	wg.Wait()
+	return reg
+}
+
+// A 429 with Retry-After 3 s holds the worker for 3 s, not the default
+// second: at 1 write/s for 10.5 s, patches at 0, 3, 6 and 9 s.
+func TestWriterHonoursRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		srv.PatchErr = func(string) error { return apierrors.NewTooManyRequests("slow down", 3) }
+		reg := runWriter(t, srv, 1, 10500*time.Millisecond)
+		if got := writes(t, reg, "throttled"); got != 4 {
+			t.Errorf("%v throttled patches in 10.5 s with Retry-After 3 s, want 4", got)
+		}
+	})
+}
+
+// A noise object deleted by somebody: the patch fails with NotFound once,
+// the writer creates the object again, and the load goes on.
+func TestWriterRecreatesDeletedNoise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		gone := true
+		srv.PatchErr = func(name string) error {
+			if gone {
+				gone = false
+				srv.Unlock() // Delete takes the lock
+				srv.Delete(name)
+				srv.Lock()
+			}
+			return nil
+		}
+		reg := runWriter(t, srv, 1, 5500*time.Millisecond)
+		if !srv.Exists("noise-0") {
+			t.Error("noise-0 not created again")
+		}
+		if got := writes(t, reg, "error"); got != 1 {
+			t.Errorf("%v failed patches, want the 1 NotFound", got)
+		}
+		// 0 s NotFound, 1 s pause, then 1 write/s: 1.x, 2.x, ... 5.x.
+		if got := writes(t, reg, "ok"); got < 4 {
+			t.Errorf("%v patches after the recreation, want 4 or more", got)
+		}
+	})
+}
+
+// writes is watchcache_load_writes_total{result}.
+func writes(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "watchcache_load_writes_total" && m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no watchcache_load_writes_total{result=%q}", result)
+	return 0
+}
