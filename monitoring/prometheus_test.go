@@ -58,7 +58,7 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 	// The first BOOKMARK comes ~60 s after the (re)opened bookmark watch.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		if v := prom.query(t, `max(watchcache_first_bookmark_seconds_last) > 0 and max(watchcache_expiry_seconds_last) > 0`); len(v) > 0 {
+		if v := prom.query(t, `max(watchcache_first_bookmark_last_seconds) > 0 and max(watchcache_expiry_last_seconds) > 0`); len(v) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -149,10 +149,10 @@ func checkPrecision(ctx context.Context, c *testcluster.Cluster, e *exporterProc
 	return &precisionResult{
 		capacity:      capacity,
 		rate:          e.metric("watchcache_measured_writes_per_second", "source", "exporter"),
-		expiry:        e.metric("watchcache_expiry_seconds_last"),
+		expiry:        e.metric("watchcache_expiry_last_seconds"),
 		windowRVs:     e.metric("watchcache_window_resource_versions"),
-		firstBookmark: e.metric("watchcache_first_bookmark_seconds_last"),
-		distance:      e.metric("watchcache_stale_rv_distance_last"),
+		firstBookmark: e.metric("watchcache_first_bookmark_last_seconds"),
+		distance:      e.metric("watchcache_stale_distance_last_resource_versions"),
 	}
 }
 

@@ -83,12 +83,12 @@ func TestWindowAgainstRate(t *testing.T) {
 			window:     l.Value(t, "watchcache_window_seconds", "apiserver", idA),
 			windowV:    l.Value(t, "watchcache_window_resource_versions", "apiserver", idA),
 			estimatedA: l.Value(t, "watchcache_estimated_capacity_events", "apiserver", idA),
-			predicted:  l.Value(t, "watchcache_predicted_window_seconds"),
+			predicted:  l.Value(t, "watchcache_predicted_window_seconds", "apiserver", idA),
 			capacityA:  capacity(a),
 			windowB:    l.Value(t, "watchcache_window_seconds", "apiserver", idB),
 			capacityB:  capacity(b),
 			passiveB:   p.Value(t, "watchcache_window_seconds", "apiserver", idB),
-			predictB:   p.Value(t, "watchcache_predicted_window_seconds"),
+			predictB:   p.Value(t, "watchcache_predicted_window_seconds", "apiserver", idB),
 		})
 		time.Sleep(2 * time.Second)
 	}
@@ -121,8 +121,12 @@ func TestWindowAgainstRate(t *testing.T) {
 		if !within(window, capA/achieved, 0.05) {
 			t.Errorf("step %d: window %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", i+1, window, capA, achieved, capA/achieved)
 		}
-		if !within(end.estimatedA, capA, 0.05) {
-			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than 5%% apart", i+1, end.estimatedA, capA)
+		t.Logf("step %d: window %v RVs (%+.2f%%), estimated capacity %v (%+.2f%%) against the capacity %v",
+			i+1, end.windowV, 100*(end.windowV-capA)/capA, end.estimatedA, 100*(end.estimatedA-capA)/capA, capA)
+		// Steady only at the end of the rising steps; after the fall the
+		// cache holds more than a window, and its size is still settling.
+		if i < 2 && !within(end.estimatedA, capA, 0.003) {
+			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than 0.3%% apart", i+1, end.estimatedA, capA)
 		}
 		if end.windowB < 135 {
 			t.Errorf("step %d: window of B (--request-timeout=2m) %.2f s, want at least 135 s", i+1, end.windowB)

@@ -113,8 +113,12 @@ func (p *Page) sample(now time.Time) {
 			s.Window[label(m, "apiserver")] = *v
 		}
 	}
-	if ms := byName["watchcache_predicted_window_seconds"].GetMetric(); len(ms) > 0 {
-		s.Predicted = finite(value(ms[0]))
+	// One line for the prediction: the shortest over the apiservers, what a
+	// client that may reconnect to any of them can rely on.
+	for _, m := range byName["watchcache_predicted_window_seconds"].GetMetric() {
+		if v := finite(value(m)); v != nil && (s.Predicted == nil || *v < *s.Predicted) {
+			s.Predicted = v
+		}
 	}
 	for _, m := range byName["watchcache_measured_writes_per_second"].GetMetric() {
 		if label(m, "source") == "exporter" {
@@ -145,8 +149,8 @@ func (p *Page) sample(now time.Time) {
 		if v > p.counts[key] {
 			p.cycles = append(p.cycles, Cycle{
 				Time: s.Time, APIServer: key[0], Bookmark: key[1],
-				Expiry:   finite(last("watchcache_expiry_seconds_last", key[0])),
-				Distance: finite(last("watchcache_stale_rv_distance_last", key[0])),
+				Expiry:   finite(last("watchcache_expiry_last_seconds", key[0])),
+				Distance: finite(last("watchcache_stale_distance_last_resource_versions", key[0])),
 			})
 		}
 		p.counts[key] = v

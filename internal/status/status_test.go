@@ -14,7 +14,7 @@ func TestPage(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_window_seconds"}, []string{"apiserver"})
 	cycles := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchcache_expiry_cycles_total"}, []string{"apiserver", "bookmark_result"})
-	expiry := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_expiry_seconds_last"}, []string{"apiserver"})
+	expiry := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_expiry_last_seconds"}, []string{"apiserver"})
 	predicted := prometheus.NewGauge(prometheus.GaugeOpts{Name: "watchcache_predicted_window_seconds"})
 	reg.MustRegister(window, cycles, expiry, predicted)
 	p := New(reg, time.Second, 2)
