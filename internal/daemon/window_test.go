@@ -123,10 +123,11 @@ func TestWindowAgainstRate(t *testing.T) {
 		}
 		t.Logf("step %d: window %v RVs (%+.2f%%), estimated capacity %v (%+.2f%%) against the capacity %v",
 			i+1, end.windowV, 100*(end.windowV-capA)/capA, end.estimatedA, 100*(end.estimatedA-capA)/capA, capA)
-		// Steady only at the end of the rising steps; after the fall the
-		// cache holds more than a window, and its size is still settling.
-		if i < 2 && !within(end.estimatedA, capA, 0.003) {
-			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than 0.3%% apart", i+1, end.estimatedA, capA)
+		// 0.3% at the end of the rising steps; after the fall the cache
+		// is still shrinking, and the exporter's ring of own writes holds
+		// a moment less than it.
+		if tol := map[bool]float64{true: 0.003, false: 0.05}[i < 2]; !within(end.estimatedA, capA, tol) {
+			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than %v%% apart", i+1, end.estimatedA, capA, 100*tol)
 		}
 		if end.windowB < 135 {
 			t.Errorf("step %d: window of B (--request-timeout=2m) %.2f s, want at least 135 s", i+1, end.windowB)
