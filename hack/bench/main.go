@@ -38,6 +38,7 @@ var (
 	out       = flag.String("out", "docs/benchmarks.md", "report to write")
 	loadDur   = flag.Duration("load-duration", 30*time.Second, "measuring time of each load-accuracy point")
 	steadyDur = flag.Duration("steady-duration", 3*time.Minute, "measuring time of each footprint point")
+	soakDur   = flag.Duration("soak-duration", 30*time.Minute, "length of the soak at 100 writes/s (0: none)")
 	fakeAddr  = flag.String("fake-apiserver", "", "internal: serve fake patches on this address and exit")
 )
 
@@ -131,6 +132,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	if err := footprint(ctx, &r, c, exe, kubeconfig); err != nil {
+		return err
+	}
+	if err := soak(ctx, &r, exe, kubeconfig); err != nil {
 		return err
 	}
 	goBenchmarks(&r, root)
