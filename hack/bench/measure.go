@@ -216,7 +216,7 @@ func metricsCost(addr string) (int, float64) {
 }
 
 func goBenchmarks(r *report, root string) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "./collector/", "./model/", "./internal/owned/")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "./collector/", "./rvclock/", "./model/", "./internal/owned/")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	var lines []string
@@ -224,7 +224,7 @@ func goBenchmarks(r *report, root string) {
 	for _, l := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(l, "Benchmark") {
 			lines = append(lines, l)
-			if strings.HasPrefix(l, "BenchmarkRVClockTimeOf") && strings.Contains(l, " 0 allocs/op") {
+			if strings.HasPrefix(l, "BenchmarkClockTimeOf") && strings.Contains(l, " 0 allocs/op") {
 				zeroAllocLookup = true
 			}
 		}
@@ -234,7 +234,7 @@ func goBenchmarks(r *report, root string) {
 		fmt.Fprintf(r, "\n(go test failed: %v)\n", err)
 	}
 	r.target(zeroAllocLookup, "Zero allocations per RV clock lookup", map[bool]string{true: "0 allocs/op", false: "allocates"}[zeroAllocLookup])
-	r.target(true, "A bounded RV clock", "a fixed ring of 65536 samples about 10 ms apart (1 MiB), whatever the run time; TestRVClockBounded checks it")
+	r.target(true, "A bounded RV clock", "a fixed ring of 65536 samples about 10 ms apart (1 MiB), whatever the run time; TestClockBounded checks it")
 }
 
 const footprintMissed = `
