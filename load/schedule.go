@@ -107,10 +107,25 @@ func parseSweep(s string) (Schedule, error) {
 	return sched, nil
 }
 
+// MaxPeriod bounds a schedule's period: a week of steps is more than any
+// load test needs, and the sum of longer durations could overflow.
+const MaxPeriod = 7 * 24 * time.Hour
+
+const fmtPeriod = "168h (a week)"
+
 // Validate checks the schedule against the cap; its errors name the step.
 func (s Schedule) Validate(maxRate float64) error {
 	if len(s) == 0 {
 		return errors.New("no steps")
+	}
+	if !s.IsConstant() {
+		var period time.Duration
+		for _, st := range s {
+			if st.Duration > MaxPeriod-period {
+				return fmt.Errorf("the steps last longer than %s in all", fmtPeriod)
+			}
+			period += max(st.Duration, 0)
+		}
 	}
 	for i, st := range s {
 		var err error
@@ -155,23 +170,27 @@ func (s Schedule) Passive() bool {
 }
 
 // At returns the step in force after elapsed, its index, and how long it
-// still lasts (0: forever).
+// still lasts (0: forever). A schedule that does not validate is its first
+// step held forever.
 func (s Schedule) At(elapsed time.Duration) (Step, int, time.Duration) {
-	if s.IsConstant() {
-		return s[0], 0, 0
+	if len(s) == 0 {
+		return Step{}, 0, 0
 	}
 	var period time.Duration
 	for _, st := range s {
+		if st.Duration <= 0 || st.Duration > MaxPeriod-period {
+			return s[0], 0, 0
+		}
 		period += st.Duration
 	}
-	elapsed %= period
+	elapsed = max(elapsed, 0) % period
 	for i, st := range s {
 		if elapsed < st.Duration {
 			return st, i, st.Duration - elapsed
 		}
 		elapsed -= st.Duration
 	}
-	panic("unreachable")
+	return s[0], 0, 0 // not reached: elapsed < period
 }
 
 func (s Schedule) String() string {

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -49,6 +50,20 @@ func TestScheduleValidate(t *testing.T) {
 	if err := Constant(500).Validate(500); err != nil {
 		t.Errorf("a rate at the cap: %v", err)
 	}
+	// Durations whose sum overflows time.Duration: At divided by zero.
+	s, err := ParseSchedule("1:2562047h,1:2562047h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(500); err == nil || !strings.Contains(err.Error(), "longer than 168h") {
+		t.Errorf("Validate(%v): %v", s, err)
+	}
+	if st, i, rem := s.At(time.Hour); st != s[0] || i != 0 || rem != 0 {
+		t.Errorf("At of an invalid schedule = %v, %d, %v; want its first step held", st, i, rem)
+	}
+	if s, _ := ParseSchedule("1:84h,2:84h"); s.Validate(500) != nil {
+		t.Errorf("a week in all: %v", s.Validate(500))
+	}
 }
 
 func TestScheduleAt(t *testing.T) {
@@ -84,10 +99,13 @@ func FuzzParseSchedule(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever parses is a schedule that At can walk.
-		if err := sched.Validate(1e308); err != nil {
-			t.Fatalf("ParseSchedule(%q) = %v, which does not validate: %v", s, sched, err)
+		// Whatever parses, valid or not, At can walk without panicking;
+		// a valid schedule's step lasts no longer than its duration.
+		for _, at := range []time.Duration{0, time.Duration(len(s)) * time.Second, math.MaxInt64, math.MinInt64} {
+			st, i, left := sched.At(at)
+			if sched.Validate(1e308) == nil && !sched.IsConstant() && (st != sched[i] || left <= 0 || left > st.Duration) {
+				t.Fatalf("%v.At(%s) = %v, %d, %s", sched, at, st, i, left)
+			}
 		}
-		sched.At(time.Duration(len(s)) * time.Second)
 	})
 }

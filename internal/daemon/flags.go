@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
+	"github.com/watchcache/watchcache-exporter/internal/status"
 	"github.com/watchcache/watchcache-exporter/load"
 )
 
@@ -107,6 +110,10 @@ func (c config) validate() error {
 	}
 	if c.historyWindow < 75*time.Second {
 		errs = append(errs, fmt.Errorf("--apiserver.history-window=%s: the apiserver never keeps less than 75s", c.historyWindow))
+	} else if c.historyWindow > time.Hour {
+		// The simulated cache grows with window × rate: 1h at the 100000
+		// writes/s cap is the most it may hold.
+		errs = append(errs, fmt.Errorf("--apiserver.history-window=%s: at most 1h (the apiserver's is its --request-timeout + 15s)", c.historyWindow))
 	}
 	if c.apiservers != "" && c.apiservers != "discover" {
 		if _, err := apiservers.ParseList(c.apiservers); err != nil {
@@ -119,8 +126,8 @@ func (c config) validate() error {
 	if c.listenAddress == "" {
 		errs = append(errs, errors.New("--web.listen-address must not be empty"))
 	}
-	if !strings.HasPrefix(c.telemetryPath, "/") || c.telemetryPath == "/" {
-		errs = append(errs, fmt.Errorf("--web.telemetry-path=%q must start with / and name a path other than /", c.telemetryPath))
+	if err := checkTelemetryPath(c.telemetryPath); err != nil {
+		errs = append(errs, fmt.Errorf("--web.telemetry-path=%q: %w", c.telemetryPath, err))
 	}
 	if c.webConfigFile != "" {
 		if _, err := os.Stat(c.webConfigFile); err != nil {
@@ -139,6 +146,30 @@ func (c config) validate() error {
 		errs = append(errs, fmt.Errorf("--log.format=%q: want json or text", c.logFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// reservedPaths are the exporter's own, which metrics may not shadow.
+var reservedPaths = []string{"/", "/healthz", "/readyz", status.JSONPath}
+
+// checkTelemetryPath accepts a clean absolute path of plain characters: no
+// ServeMux pattern syntax (wildcards, methods, escapes) and none of the
+// exporter's own paths.
+func checkTelemetryPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return errors.New("must start with /")
+	}
+	for _, r := range p {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/-._~", r)) {
+			return fmt.Errorf("%q: want letters, digits and - . _ ~ / only", r)
+		}
+	}
+	if path.Clean(p) != p {
+		return fmt.Errorf("not a clean path (it is %q)", path.Clean(p))
+	}
+	if slices.Contains(reservedPaths, p) {
+		return fmt.Errorf("is one of the exporter's own paths (%s)", strings.Join(reservedPaths, ", "))
+	}
+	return nil
 }
 
 // loadFlagErrors names the flag of each field load.Config.Validate refused.

@@ -2,9 +2,16 @@ package daemon
 
 import (
 	"io"
+	"math"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watchcache/watchcache-exporter/load"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -18,6 +25,16 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--log.level=verbose"}, wantErr: `--log.level="verbose"`},
 		{args: []string{"--web.telemetry-path=metrics"}, wantErr: "--web.telemetry-path"},
 		{args: []string{"--web.telemetry-path=/"}, wantErr: "--web.telemetry-path"},
+		{args: []string{"--web.telemetry-path=/healthz"}, wantErr: `--web.telemetry-path="/healthz": is one of the exporter's own paths`},
+		{args: []string{"--web.telemetry-path=/readyz"}, wantErr: "--web.telemetry-path"},
+		{args: []string{"--web.telemetry-path=/status.json"}, wantErr: "--web.telemetry-path"},
+		{args: []string{"--web.telemetry-path=/m/{x}"}, wantErr: `--web.telemetry-path="/m/{x}": '{': want letters`},
+		{args: []string{"--web.telemetry-path=/a b"}, wantErr: "--web.telemetry-path"},
+		{args: []string{"--web.telemetry-path=/m/../x"}, wantErr: "not a clean path"},
+		{args: []string{"--web.telemetry-path=/m/"}, wantErr: "not a clean path"},
+		{args: []string{"--web.telemetry-path=/prom/metrics_v1"}},
+		{args: []string{"--apiserver.history-window=2h"}, wantErr: "--apiserver.history-window=2h0m0s: at most 1h"},
+		{args: []string{"--load.schedule=1:2562047h,1:2562047h"}, wantErr: "--load.schedule: the steps last longer than 168h"},
 		{args: []string{"--web.listen-address="}, wantErr: "--web.listen-address"},
 		{args: []string{"--web.config.file=" + filepath.Join(t.TempDir(), "nope.yml")}, wantErr: "--web.config.file"},
 		{args: []string{"--kubeconfig=" + filepath.Join(t.TempDir(), "nope")}, wantErr: "--kubeconfig"},
@@ -68,4 +85,43 @@ func TestRunExitsTwoOnBadFlag(t *testing.T) {
 	if !strings.Contains(stderr.String(), "--log.format") {
 		t.Errorf("stderr %q does not name the flag", stderr.String())
 	}
+}
+
+// FuzzParseFlags feeds whole command lines (arguments separated by NUL) to
+// the flag parser: no input may panic it, and whatever it accepts builds a
+// mux, a load config and a schedule that can be walked without panicking.
+func FuzzParseFlags(f *testing.F) {
+	for _, s := range []string{
+		"",
+		"--load.rate=40\x00--load.max-rate=100",
+		"--load.schedule=sweep:10:400:6:3m",
+		"--load.schedule=1:2562047h,1:2562047h",
+		"--web.telemetry-path=/m/{x}",
+		"--web.telemetry-path=/healthz",
+		"--apiserver.history-window=1h\x00--probe.interval=100ms",
+		"--load.objects=1000\x00--noise.prefix=n-\x00--quiet.name=n-q",
+		"--apiservers=https://[::1]:6443,https://127.0.0.1:6443",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var args []string
+		if line != "" {
+			args = strings.Split(line, "\x00")
+		}
+		cfg, err := parseFlags(args, io.Discard)
+		if err != nil {
+			return
+		}
+		if err := cfg.loadConfig().Validate(); err != nil {
+			t.Fatalf("%q: parsed, but the load config does not validate: %v", args, err)
+		}
+		for _, at := range []time.Duration{0, time.Hour, math.MaxInt64} {
+			cfg.schedule.At(at)
+		}
+		load.Workers(cfg.schedule.Max())
+		load.ClientQPS(cfg.loadMaxRate)
+		reg := prometheus.NewRegistry()
+		newMux(cfg, reg, func() error { return nil }, http.NotFoundHandler())
+	})
 }

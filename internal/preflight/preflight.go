@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -20,44 +21,103 @@ type Access struct {
 	Verb, Group, Resource, Namespace, Name string
 }
 
-// Check asks the apiserver (SelfSubjectAccessReview, which every
-// authenticated user may create) whether each needed request is allowed, and
-// returns an error naming each one that is not.
-func Check(ctx context.Context, client authorizationv1client.SelfSubjectAccessReviewsGetter, needed []Access) error {
-	var verbs []string // in order of first denial
-	denied := map[string][]string{}
+// Client is what Check asks: both reviews, which every authenticated user
+// may create.
+type Client interface {
+	authorizationv1client.SelfSubjectRulesReviewsGetter
+	authorizationv1client.SelfSubjectAccessReviewsGetter
+}
+
+// Check returns an error naming each needed request that is not allowed. It
+// asks for the rules of each namespace once (SelfSubjectRulesReview), so its
+// cost does not grow with the number of objects; only where an authorizer
+// cannot list its rules (the review is incomplete) does it ask about the
+// unmatched requests one by one (SelfSubjectAccessReview).
+func Check(ctx context.Context, client Client, needed []Access) error {
+	rules := map[string]*authorizationv1.SubjectRulesReviewStatus{}
+	var denied []Access
 	for _, a := range needed {
-		r, err := client.SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: a.Namespace, Verb: a.Verb, Group: a.Group, Resource: a.Resource, Name: a.Name,
-			}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("checking RBAC (create selfsubjectaccessreviews.authorization.k8s.io): %w", err)
+		st, ok := rules[a.Namespace]
+		if !ok {
+			r, err := client.SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+				Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: a.Namespace},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("checking RBAC (create selfsubjectrulesreviews.authorization.k8s.io): %w", err)
+			}
+			st = &r.Status
+			rules[a.Namespace] = st
 		}
-		if r.Status.Allowed {
+		if allows(st.ResourceRules, a) {
 			continue
 		}
+		if st.Incomplete {
+			allowed, err := review(ctx, client, a)
+			if err != nil {
+				return err
+			}
+			if allowed {
+				continue
+			}
+		}
+		denied = append(denied, a)
+	}
+	return deniedError(denied)
+}
+
+// allows says whether one of rules allows a.
+func allows(rules []authorizationv1.ResourceRule, a Access) bool {
+	for _, r := range rules {
+		if matches(r.Verbs, a.Verb) && matches(r.APIGroups, a.Group) && matches(r.Resources, a.Resource) &&
+			(len(r.ResourceNames) == 0 || a.Name != "" && slices.Contains(r.ResourceNames, a.Name)) {
+			return true
+		}
+	}
+	return false
+}
+
+func matches(values []string, v string) bool {
+	return slices.Contains(values, "*") || slices.Contains(values, v)
+}
+
+func review(ctx context.Context, client Client, a Access) (bool, error) {
+	r, err := client.SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: a.Namespace, Verb: a.Verb, Group: a.Group, Resource: a.Resource, Name: a.Name,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("checking RBAC (create selfsubjectaccessreviews.authorization.k8s.io): %w", err)
+	}
+	return r.Status.Allowed, nil
+}
+
+// deniedError groups the denials by verb and resource, in order of first
+// denial, and names the objects of each.
+func deniedError(denied []Access) error {
+	if len(denied) == 0 {
+		return nil
+	}
+	var verbs []string
+	names := map[string][]string{}
+	for _, a := range denied {
 		what := a.Verb + " " + a.Resource
 		if a.Group != "" {
 			what += "." + a.Group
 		}
 		what += " in namespace " + a.Namespace
-		if _, ok := denied[what]; !ok {
+		if _, ok := names[what]; !ok {
 			verbs = append(verbs, what)
-			denied[what] = nil
+			names[what] = nil
 		}
 		if a.Name != "" {
-			denied[what] = append(denied[what], a.Name)
+			names[what] = append(names[what], a.Name)
 		}
-	}
-	if len(verbs) == 0 {
-		return nil
 	}
 	parts := make([]string, 0, len(verbs))
 	for _, v := range verbs {
-		if names := denied[v]; len(names) > 0 {
-			v += " (" + strings.Join(names, ",") + ")"
+		if n := names[v]; len(n) > 0 {
+			v += " (" + strings.Join(n, ",") + ")"
 		}
 		parts = append(parts, v)
 	}

@@ -160,12 +160,15 @@ func (p *Page) sample(now time.Time) {
 	}
 }
 
-// Handler serves the page at / and its data at /status.json; the page links
+// JSONPath is where Handler serves the page's data.
+const JSONPath = "/status.json"
+
+// Handler serves the page at / and its data at JSONPath; the page links
 // to metricsPath.
 func (p *Page) Handler(metricsPath string) http.Handler {
 	body := bytes.ReplaceAll(page, []byte("{{METRICS}}"), []byte(html.EscapeString(metricsPath)))
 	mux := http.NewServeMux()
-	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(JSONPath, func(w http.ResponseWriter, _ *http.Request) {
 		p.mu.Lock()
 		cycles := append([]Cycle(nil), p.cycles...)
 		data := struct {
