@@ -157,14 +157,17 @@ func (f *Fleet) Ready() error {
 	return errors.Join(errs...)
 }
 
-// Stop stops every measurement and waits for them.
+// Stop stops every measurement, waits for them and removes their series:
+// the fleet is empty, and a later Sync starts it again.
 func (f *Fleet) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, mem := range f.members {
 		mem.cancel()
 	}
-	for _, mem := range f.members {
+	for id, mem := range f.members {
 		<-mem.done
+		mem.m.Unregister()
+		delete(f.members, id)
 	}
 }

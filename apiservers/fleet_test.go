@@ -62,5 +62,14 @@ func TestFleetSync(t *testing.T) {
 	if !a.unregistered || len(f.members) != 2 || started["c:443"] == nil {
 		t.Errorf("after a vanished: a unregistered %v, members %d, c started %v", a.unregistered, len(f.members), started["c:443"] != nil)
 	}
+	// Stop (the lease lost) empties the fleet; a Sync (the lease back) fills it.
+	f.Stop()
+	if b := started["b:443"]; !b.unregistered || len(f.members) != 0 {
+		t.Errorf("after Stop: b unregistered %v, members %d", b.unregistered, len(f.members))
+	}
+	f.Sync(ctx, []Endpoint{FromHost("b")})
+	if len(f.members) != 1 || started["b:443"].unregistered {
+		t.Errorf("after a new Sync: members %d", len(f.members))
+	}
 	f.Stop()
 }

@@ -61,6 +61,7 @@ const farTooOldRV = "1"
 type Collector struct {
 	cfg    Config
 	client corev1client.CoreV1Interface
+	store  *owned.Store
 	hist   *rvclock.History
 	rate   func() float64
 	m      *Metrics
@@ -87,11 +88,12 @@ type Collector struct {
 	}
 }
 
-// New builds the Collector of one apiserver, which client reaches. hist is
+// New builds the Collector of one apiserver, which client reaches; store
+// says whether quiet is the exporter's to touch. hist is
 // shared with the load writer, whose patches teach it when each RV was
 // written, and with the Collectors of other apiservers; rate is the write
 // rate the prediction takes.
-func New(cfg Config, client corev1client.CoreV1Interface, hist *rvclock.History, rate func() float64, reg prometheus.Registerer, log logr.Logger) (*Collector, error) {
+func New(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, hist *rvclock.History, rate func() float64, reg prometheus.Registerer, log logr.Logger) (*Collector, error) {
 	if cfg.ProbeInterval <= 0 {
 		return nil, errors.New("ProbeInterval must be positive")
 	}
@@ -118,6 +120,7 @@ func New(cfg Config, client corev1client.CoreV1Interface, hist *rvclock.History,
 	c := &Collector{
 		cfg:    cfg,
 		client: client,
+		store:  store,
 		hist:   hist,
 		rate:   rate,
 		m:      newMetrics(rec),
@@ -149,13 +152,17 @@ func (c *Collector) observeBookmark(rv uint64, at time.Time) {
 }
 
 // ensureQuiet relists quiet, creating it again when it is missing (somebody
-// deleted it), and returns the RV to watch from.
+// deleted it), and returns the RV to watch from. A quiet that is not the
+// exporter's any more is still watched (a read), but not touched.
 func (c *Collector) ensureQuiet(ctx context.Context) (uint64, error) { return c.relistQuiet(ctx, true) }
 
 // relistQuiet is ensureQuiet; again says whether a missing quiet is news
 // (a recreation) rather than the first start.
 func (c *Collector) relistQuiet(ctx context.Context, again bool) (uint64, error) {
-	rv, created, err := owned.Relist(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, owned.RoleQuiet)
+	rv, created, err := c.store.Relist(ctx, c.client, c.cfg.QuietName, owned.RoleQuiet)
+	if errors.Is(err, owned.ErrNotOwned) {
+		return rv, nil // the store said so, and no cycle starts
+	}
 	if err != nil {
 		return 0, fmt.Errorf("list or create configmap %s/%s: %w", c.cfg.Namespace, c.cfg.QuietName, err)
 	}
@@ -243,13 +250,16 @@ func (c *Collector) probe(ctx context.Context) {
 
 func (c *Collector) startCycle(ctx context.Context) {
 	touch := func() (uint64, error) {
-		return owned.SetKey(ctx, c.client, c.cfg.Namespace, c.cfg.QuietName, "touched", time.Now().UTC().Format(time.RFC3339Nano))
+		return c.store.Touch(ctx, c.client, c.cfg.QuietName, "touched", time.Now().UTC().Format(time.RFC3339Nano))
 	}
 	rv, err := touch()
 	if apierrors.IsNotFound(err) {
 		if _, err = c.ensureQuiet(ctx); err == nil {
 			rv, err = touch()
 		}
+	}
+	if errors.Is(err, owned.ErrNotOwned) {
+		return // the store said so; the window is still probed
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -206,7 +206,11 @@ func TestDeploy(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := []string{"--namespace=" + ns}
-			want := fmt.Sprintf("RBAC denies %s %s in namespace %s", rule.Verbs[0], rule.Resources[0], ns)
+			resource := rule.Resources[0]
+			if rule.APIGroups[0] != "" {
+				resource += "." + rule.APIGroups[0]
+			}
+			want := fmt.Sprintf("RBAC denies %s %s in namespace %s", rule.Verbs[0], resource, ns)
 			var out string
 			for range 50 { // the authorizer sees the new Role within moments
 				var code int
@@ -219,7 +223,7 @@ func TestDeploy(t *testing.T) {
 				t.Errorf("without rule %d (%v %v): output %q, want %q", i, rule.Verbs, rule.Resources, out, want)
 			}
 			for _, v := range rule.Verbs[1:] {
-				if !strings.Contains(out, v+" "+rule.Resources[0]) {
+				if !strings.Contains(out, v+" "+resource) {
 					t.Errorf("without rule %d: output %q does not name %s", i, out, v)
 				}
 			}

@@ -1,4 +1,4 @@
-// Package load drives the noise: merge patches of a data key of N owned
+// Package load drives the noise: JSON patches of a data key of N owned
 // ConfigMaps at a target rate, bounded by a hard cap.
 package load
 
@@ -94,6 +94,7 @@ type Writer struct {
 	cfg    Config
 	names  []string
 	client corev1client.CoreV1Interface
+	store  *owned.Store
 	clock  Observer
 	log    logr.Logger
 	errLog *ratelog.Logger
@@ -106,14 +107,15 @@ type Writer struct {
 }
 
 // NewWriter validates cfg and registers the load metrics on reg. client
-// must allow cfg.MaxRate requests/s (see ClientQPS).
-func NewWriter(cfg Config, client corev1client.CoreV1Interface, clock Observer, reg prometheus.Registerer, log logr.Logger) (*Writer, error) {
+// must allow cfg.MaxRate requests/s (see ClientQPS); store says which noise
+// objects are the exporter's to write.
+func NewWriter(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, clock Observer, reg prometheus.Registerer, log logr.Logger) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	f := promauto.With(reg)
 	w := &Writer{
-		cfg: cfg, names: cfg.Names(), client: client, clock: clock,
+		cfg: cfg, names: cfg.Names(), client: client, store: store, clock: clock,
 		log: log, errLog: ratelog.New(log, 30*time.Second, time.Now),
 		target: f.NewGauge(promopts.Gauge("load_target_writes_per_second", "The write rate the load schedule asks for now.")),
 		writes: f.NewCounterVec(promopts.Counter("load_writes_total",
@@ -184,9 +186,10 @@ func (w *Writer) follow(ctx context.Context, sched Schedule, gate *gate, limiter
 }
 
 // ensureObjects creates the missing noise objects, retrying until ctx ends.
+// Objects that are not the exporter's are left to the store's rechecks.
 func (w *Writer) ensureObjects(ctx context.Context) bool {
 	for i := 0; i < len(w.names); {
-		if _, _, err := owned.Ensure(ctx, w.client, w.cfg.Namespace, w.names[i], owned.RoleNoise); err != nil {
+		if _, _, err := w.store.Ensure(ctx, w.client, w.names[i], owned.RoleNoise); err != nil && !errors.Is(err, owned.ErrNotOwned) {
 			if ctx.Err() != nil {
 				return false
 			}
@@ -213,10 +216,16 @@ func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
 			continue // the rate fell to 0 meanwhile: back to the gate
 		}
 		n := w.seq.Add(1)
-		name := w.names[n%uint64(len(w.names))]
+		name, ok := w.pick(ctx, n)
+		if !ok { // none is the exporter's now: the store says so
+			if pause.For(ctx, time.Second) != nil {
+				return
+			}
+			continue
+		}
 		start := time.Now()
 		// A new value each time: a patch that changes nothing writes nothing.
-		rv, err := owned.SetKey(ctx, w.client, w.cfg.Namespace, name, "seq", strconv.FormatUint(n, 10))
+		rv, err := w.store.SetSeq(ctx, w.client, name, strconv.FormatUint(n, 10))
 		end := time.Now()
 		w.duration.Observe(end.Sub(start).Seconds())
 		if err == nil {
@@ -233,6 +242,17 @@ func (w *Writer) work(ctx context.Context, gate *gate, limiter *rate.Limiter) {
 	}
 }
 
+// pick is the noise object of write n, or the next one that may be written.
+func (w *Writer) pick(ctx context.Context, n uint64) (string, bool) {
+	for i := range uint64(len(w.names)) {
+		name := w.names[(n+i)%uint64(len(w.names))]
+		if w.store.Usable(ctx, w.client, name, owned.RoleNoise) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 // failed counts and logs a failed patch and says how long this worker waits
 // before its next one: what the apiserver asks for, or a second at least.
 func (w *Writer) failed(ctx context.Context, name string, err error) time.Duration {
@@ -246,21 +266,24 @@ func (w *Writer) failed(ctx context.Context, name string, err error) time.Durati
 		return pause
 	}
 	w.writes.WithLabelValues("error").Inc()
+	if errors.Is(err, owned.ErrNotOwned) {
+		return 0 // the store logged it; the next write goes to another object
+	}
 	w.errLog.Error("error-"+string(apierrors.ReasonForError(err)), err, "noise patch failed", "name", name, "pause", pause)
 	if apierrors.IsNotFound(err) { // somebody deleted it
-		if _, _, err := owned.Ensure(ctx, w.client, w.cfg.Namespace, name, owned.RoleNoise); err != nil && ctx.Err() == nil {
+		if _, _, err := w.store.Ensure(ctx, w.client, name, owned.RoleNoise); err != nil && ctx.Err() == nil && !errors.Is(err, owned.ErrNotOwned) {
 			w.errLog.Error("recreate", err, "cannot recreate noise ConfigMap", "name", name)
 		}
 	}
 	return pause
 }
 
-// Cleanup deletes the noise objects.
+// Cleanup deletes the noise objects that are the exporter's.
 func (w *Writer) Cleanup(ctx context.Context) error {
 	if w.cfg.Schedule.Max() == 0 {
 		return nil
 	}
-	return owned.Delete(ctx, w.client, w.cfg.Namespace, w.names...)
+	return w.store.Delete(ctx, w.client, w.names...)
 }
 
 // gate holds the workers while the schedule asks for no writes: a limiter at

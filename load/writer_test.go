@@ -9,28 +9,78 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/watchcache/watchcache-exporter/internal/fakecache"
+	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
 func runWriter(t *testing.T, srv *fakecache.Server, rate float64, d time.Duration) *prometheus.Registry {
 	t.Helper()
+	return runWriterWith(t, srv, 1, rate, d, nil)
+}
+
+// runWriterWith runs a writer over objects noise objects for d; during,
+// when set, runs beside it.
+func runWriterWith(t *testing.T, srv *fakecache.Server, objects int, rate float64, d time.Duration, during func(*prometheus.Registry)) *prometheus.Registry {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	w, err := load.NewWriter(load.Config{Namespace: "ns", Prefix: "noise-", Objects: 1, Schedule: load.Constant(rate), MaxRate: 100},
-		srv.CoreV1(), rvclock.NewHistory(100), reg, logr.Discard())
+	store := owned.NewStore("ns", "quiet", reg, logr.Discard(), time.Now)
+	w, err := load.NewWriter(load.Config{Namespace: "ns", Prefix: "noise-", Objects: objects, Schedule: load.Constant(rate), MaxRate: 100},
+		srv.CoreV1(), store, rvclock.NewHistory(100), reg, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { w.Run(ctx) })
+	if during != nil {
+		during(reg)
+	}
 	time.Sleep(d)
 	cancel()
 	wg.Wait()
 	return reg
+}
+
+// A noise object whose marks somebody removed is not written again, and the
+// load goes on over the others; once they delete it, the writer creates it
+// again (within the 30 s recheck) and writes it.
+func TestWriterLeavesObjectsNotOwned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		var taken *corev1.ConfigMap
+		reg := runWriterWith(t, srv, 2, 10, 0, func(reg *prometheus.Registry) {
+			time.Sleep(2 * time.Second)
+			cm := srv.Get("noise-1")
+			delete(cm.Labels, owned.ManagedByLabel)
+			cm.Data = map[string]string{"theirs": "1"}
+			srv.Put(cm)
+			taken = srv.Get("noise-1")
+			time.Sleep(10 * time.Second)
+			if got := srv.Get("noise-1"); got.ResourceVersion != taken.ResourceVersion {
+				t.Errorf("the taken object was written: RV %s -> %s, data %v", taken.ResourceVersion, got.ResourceVersion, got.Data)
+			}
+			if got := gauge(t, reg, "watchcache_objects_lost"); got != 1 {
+				t.Errorf("watchcache_objects_lost = %v, want 1", got)
+			}
+			srv.Delete("noise-1")
+			time.Sleep(31 * time.Second)
+			if got := srv.Get("noise-1"); got == nil || got.Data["seq"] == "0" {
+				t.Errorf("noise-1 not recreated and written after its deletion: %v", got)
+			}
+		})
+		if got := gauge(t, reg, "watchcache_objects_lost"); got != 0 {
+			t.Errorf("watchcache_objects_lost = %v after the recreation, want 0", got)
+		}
+		// One refused patch finds the lost marks; after it the object is skipped.
+		if got := writes(t, reg, "error"); got != 1 {
+			t.Errorf("%v failed patches, want 1", got)
+		}
+	})
 }
 
 // A 429 with Retry-After 3 s holds the worker for 3 s, not the default
@@ -73,6 +123,22 @@ func TestWriterRecreatesDeletedNoise(t *testing.T) {
 			t.Errorf("%v patches after the recreation, want 4 or more", got)
 		}
 	})
+}
+
+// gauge is the value of an unlabelled gauge.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
 
 // writes is watchcache_load_writes_total{result}.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -47,11 +48,12 @@ func registeredNames(t *testing.T) map[string]bool {
 	rec := &describingRegisterer{Registerer: prometheus.NewRegistry()}
 	hist := rvclock.NewHistory(10)
 	rates := rvclock.NewRates(hist, false, time.Second, rec)
-	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), hist, rates.Rate,
+	store := owned.NewStore("ns", "q", rec, logr.Discard(), time.Now)
+	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,
 		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, hist, rec, logr.Discard()); err != nil {
+	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, store, hist, rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -58,7 +59,7 @@ func ceiling(ctx context.Context, r *report, exe string) error {
 	}
 	hist := rvclock.NewHistory(1 << 18)
 	w, err := load.NewWriter(load.Config{Namespace: ns, Prefix: "noise-", Objects: 8, Schedule: load.Constant(capRate), MaxRate: capRate},
-		cs.CoreV1(), hist, prometheus.NewRegistry(), logr.Discard())
+		cs.CoreV1(), owned.NewStore(ns, "quiet", prometheus.NewRegistry(), logr.Discard(), time.Now), hist, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,12 +24,14 @@ import (
 	apiversion "k8s.io/apimachinery/pkg/version"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/preflight"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
@@ -75,6 +78,8 @@ type parts struct {
 	log    logr.Logger
 	slog   *slog.Logger
 	core   corev1client.CoreV1Interface // the measurement's client
+	store  *owned.Store
+	leader *leader.Elector
 	hist   *rvclock.History
 	rates  *rvclock.Rates
 	writer *load.Writer
@@ -114,6 +119,10 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	if err != nil {
 		return nil, err
 	}
+	leases, err := coordinationv1client.NewForConfig(measureCfg)
+	if err != nil {
+		return nil, err
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -128,6 +137,14 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 
 	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
 	reg := prometheus.NewRegistry()
+	p.store = owned.NewStore(cfg.namespace, cfg.quietName, reg, log.WithName("owned"), time.Now)
+	if err := refuseNotOwned(startCtx, cfg, p.store, loadCore); err != nil {
+		return nil, err
+	}
+	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity()},
+		leases, reg, log.WithName("leader")); err != nil {
+		return nil, err
+	}
 	reg.MustRegister(
 		versioncollector.NewCollector("watchcache_exporter"),
 		collectors.NewGoCollector(),
@@ -137,7 +154,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	// window); 2 MiB.
 	p.hist = rvclock.NewHistory(1 << 18)
 	p.rates = rvclock.NewRates(p.hist, !cfg.writes(), cfg.probeInterval, reg)
-	if p.writer, err = load.NewWriter(cfg.loadConfig(), loadCore, p.hist, reg, log.WithName("load")); err != nil {
+	if p.writer, err = load.NewWriter(cfg.loadConfig(), loadCore, p.store, p.hist, reg, log.WithName("load")); err != nil {
 		return nil, err
 	}
 	p.fleet = apiservers.NewFleet(func(ep apiservers.Endpoint) (apiservers.Measurement, error) {
@@ -156,7 +173,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			QuietName:     cfg.quietName,
 			ProbeInterval: cfg.probeInterval,
 			HistoryWindow: cfg.historyWindow,
-		}, epCore, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
+		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
 			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, log.WithName("apiservers"))
 	switch cfg.apiservers {
@@ -174,25 +191,52 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		p.endpoints, _ = apiservers.ParseList(cfg.apiservers) // validated with the flags
 	}
 	p.page = status.New(reg, 5*time.Second, 720) // an hour
-	p.mux = newMux(cfg, reg, p.fleet.Ready, p.page.Handler(cfg.telemetryPath))
+	p.mux = newMux(cfg, reg, p.ready, p.page.Handler(cfg.telemetryPath))
 	return p, nil
 }
 
-// run runs the parts until ctx ends or the HTTP server fails. Shutdown order:
-// the load stops first, then the measurements and their watches, then the
-// owned objects are deleted, and the HTTP server stops last.
+// run serves HTTP and campaigns for the Lease until ctx ends or the HTTP
+// server fails; while it holds the Lease, it leads.
 func (p *parts) run(ctx context.Context) error {
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.slog) }()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.rates.Run(runCtx) })
+	wg.Go(func() { p.page.Run(runCtx) })
+	wg.Go(func() { p.leader.Run(runCtx, p.lead) })
+
+	var httpErr error
+	httpEnded := false
+	select {
+	case <-ctx.Done():
+		p.log.Info("shutting down")
+	case httpErr = <-httpDone:
+		httpEnded = true
+	}
+	stopRun()
+	wg.Wait()
+	stopHTTP()
+	if !httpEnded {
+		httpErr = <-httpDone
+	}
+	return httpErr
+}
+
+// lead writes and measures while this process holds the Lease, until ctx
+// ends. Stop order: the load first, then the measurements and their
+// watches; then, only if the Lease is still held (a shutdown, not a loss),
+// the exporter's objects are deleted.
+func (p *parts) lead(ctx context.Context, held func() bool) {
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
 	measureCtx, stopMeasure := context.WithCancel(context.Background())
 	defer stopMeasure()
-	httpCtx, stopHTTP := context.WithCancel(context.Background())
-	defer stopHTTP()
 	var loadWG, measureWG sync.WaitGroup
-	httpDone := make(chan error, 1)
 	loadWG.Go(func() { p.writer.Run(loadCtx) })
-	measureWG.Go(func() { p.rates.Run(measureCtx) })
-	measureWG.Go(func() { p.page.Run(measureCtx) })
 	if p.cfg.idles() {
 		errLog := ratelog.New(p.log.WithName("poll"), 30*time.Second, time.Now)
 		measureWG.Go(func() {
@@ -204,33 +248,59 @@ func (p *parts) run(ctx context.Context) error {
 	} else {
 		p.fleet.Sync(measureCtx, p.endpoints)
 	}
-	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.slog) }()
-
-	var httpErr error
-	httpEnded := false
-	select {
-	case <-ctx.Done():
-		p.log.Info("shutting down")
-	case httpErr = <-httpDone:
-		httpEnded = true
-	}
+	<-ctx.Done()
 	stopLoad()
 	loadWG.Wait()
 	stopMeasure()
 	measureWG.Wait()
 	p.fleet.Stop()
+	if !held() {
+		return
+	}
 	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelCleanup()
-	if err := errors.Join(p.writer.Cleanup(cleanupCtx), owned.Delete(cleanupCtx, p.core, p.cfg.namespace, p.cfg.quietName)); err != nil {
-		p.log.Error(err, "deleting the exporter's ConfigMaps; delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", p.cfg.namespace)
+	if err := errors.Join(p.writer.Cleanup(cleanupCtx), p.store.Delete(cleanupCtx, p.core, p.cfg.quietName)); err != nil {
+		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left: delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", p.cfg.namespace)
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
 	}
-	stopHTTP()
-	if !httpEnded {
-		httpErr = <-httpDone
+}
+
+// ready fails while the leader's measurement is not ready or an object was
+// lost. A standby is ready: it serves its metrics (leader 0), and a rollout
+// need not wait for the Lease.
+func (p *parts) ready() error {
+	if !p.leader.Leading() {
+		return nil
 	}
-	return httpErr
+	return errors.Join(p.fleet.Ready(), p.store.Ready())
+}
+
+// refuseNotOwned fails when quiet or a noise object exists without the
+// exporter's marks: somebody else's object, which it must not write. It reads
+// the noise objects through the load client, whose rate limit is the higher.
+func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c corev1client.CoreV1Interface) error {
+	var msgs []string
+	theirs, err := store.NotOwned(ctx, c, cfg.quietName)
+	if err != nil {
+		return err
+	}
+	if len(theirs) > 0 {
+		msgs = append(msgs, fmt.Sprintf("configmap %s/%s exists and is not this exporter's: choose another name with --quiet.name", cfg.namespace, cfg.quietName))
+	}
+	if cfg.writes() {
+		if theirs, err = store.NotOwned(ctx, c, cfg.loadConfig().Names()...); err != nil {
+			return err
+		}
+		if len(theirs) > 0 {
+			msgs = append(msgs, fmt.Sprintf("configmaps %s of namespace %s exist and are not this exporter's: choose another prefix with --noise.prefix", strings.Join(theirs, ","), cfg.namespace))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	msgs = append(msgs, fmt.Sprintf("left as they are (the exporter's own carry the label %s and the annotation %s=%s)", owned.ManagedBySelector, owned.OwnerAnnotation, store.Owner()))
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // serverVersion reads /version through c.

@@ -7,15 +7,19 @@
 package fakecache
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -44,6 +48,7 @@ type Server struct {
 	// PatchErr, when set, answers every patch.
 	PatchErr func(name string) error
 	objects  map[string]*corev1.ConfigMap
+	uid      int
 	// Watches are the long-lived watches (those with timeoutSeconds), by
 	// AllowWatchBookmarks, newest last; OnWatch sees each as it opens.
 	Watches map[bool][]*Watch
@@ -120,8 +125,9 @@ func (s *Server) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	s.Lock()
 	defer s.Unlock()
 	gr := corev1.Resource("configmaps")
-	switch a := a.(type) {
-	case k8stesting.ListAction:
+	switch a.GetVerb() {
+	case "list":
+		a := a.(k8stesting.ListAction)
 		l := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(s.RV, 10)}}
 		for name, cm := range s.objects {
 			if f := a.GetListRestrictions().Fields; f.Empty() || f.Matches(fieldsOf(name)) {
@@ -129,16 +135,33 @@ func (s *Server) react(a k8stesting.Action) (bool, runtime.Object, error) {
 			}
 		}
 		return true, l, nil
-	case k8stesting.CreateAction:
-		cm := a.GetObject().(*corev1.ConfigMap).DeepCopy()
+	case "create":
+		cm := a.(k8stesting.CreateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
 		if s.objects[cm.Name] != nil {
 			return true, nil, apierrors.NewAlreadyExists(gr, cm.Name)
 		}
 		s.advance(1)
+		s.uid++
+		cm.UID = types.UID(fmt.Sprintf("uid-%d", s.uid))
 		cm.ResourceVersion = strconv.FormatUint(s.RV, 10)
 		s.objects[cm.Name] = cm
 		return true, cm.DeepCopy(), nil
-	case k8stesting.PatchAction:
+	case "update":
+		cm := a.(k8stesting.UpdateAction).GetObject().(*corev1.ConfigMap).DeepCopy()
+		old := s.objects[cm.Name]
+		if old == nil {
+			return true, nil, apierrors.NewNotFound(gr, cm.Name)
+		}
+		if cm.ResourceVersion != old.ResourceVersion {
+			return true, nil, apierrors.NewConflict(gr, cm.Name, fmt.Errorf("resourceVersion %s, the object is at %s", cm.ResourceVersion, old.ResourceVersion))
+		}
+		s.advance(1)
+		cm.UID = old.UID
+		cm.ResourceVersion = strconv.FormatUint(s.RV, 10)
+		s.objects[cm.Name] = cm
+		return true, cm.DeepCopy(), nil
+	case "patch":
+		a := a.(k8stesting.PatchAction)
 		if s.PatchErr != nil {
 			if err := s.PatchErr(a.GetName()); err != nil {
 				return true, nil, err
@@ -148,23 +171,76 @@ func (s *Server) react(a k8stesting.Action) (bool, runtime.Object, error) {
 		if cm == nil {
 			return true, nil, apierrors.NewNotFound(gr, a.GetName())
 		}
+		patched, err := applyPatch(cm, a.GetPatchType(), a.GetPatch())
+		if err != nil {
+			// As the apiserver answers a failed JSON patch test.
+			return true, nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", gr, a.GetName(), err.Error(), 0, false)
+		}
 		s.advance(1)
-		cm.ResourceVersion = strconv.FormatUint(s.RV, 10)
-		return true, cm.DeepCopy(), nil
-	case k8stesting.DeleteAction:
-		if s.objects[a.GetName()] == nil {
+		patched.ResourceVersion = strconv.FormatUint(s.RV, 10)
+		s.objects[a.GetName()] = patched
+		return true, patched.DeepCopy(), nil
+	case "delete":
+		a := a.(k8stesting.DeleteAction)
+		cm := s.objects[a.GetName()]
+		if cm == nil {
 			return true, nil, apierrors.NewNotFound(gr, a.GetName())
+		}
+		if p := a.GetDeleteOptions().Preconditions; p != nil {
+			if p.UID != nil && *p.UID != cm.UID || p.ResourceVersion != nil && *p.ResourceVersion != cm.ResourceVersion {
+				return true, nil, apierrors.NewConflict(gr, a.GetName(), fmt.Errorf("precondition failed"))
+			}
 		}
 		delete(s.objects, a.GetName())
 		s.advance(1)
 		return true, nil, nil
-	case k8stesting.GetAction: // last: patches and deletes have names too
-		if cm := s.objects[a.GetName()]; cm != nil {
+	case "get":
+		if cm := s.objects[a.(k8stesting.GetAction).GetName()]; cm != nil {
 			return true, cm.DeepCopy(), nil
 		}
-		return true, nil, apierrors.NewNotFound(gr, a.GetName())
+		return true, nil, apierrors.NewNotFound(gr, a.(k8stesting.GetAction).GetName())
 	}
 	return false, nil, nil
+}
+
+// applyPatch applies a JSON patch (what the exporter sends) to cm.
+func applyPatch(cm *corev1.ConfigMap, pt types.PatchType, patch []byte) (*corev1.ConfigMap, error) {
+	if pt != types.JSONPatchType {
+		return nil, fmt.Errorf("fakecache: patch type %s not supported", pt)
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := json.Marshal(cm)
+	if err != nil {
+		return nil, err
+	}
+	if doc, err = p.Apply(doc); err != nil {
+		return nil, err
+	}
+	out := &corev1.ConfigMap{}
+	return out, json.Unmarshal(doc, out)
+}
+
+// Put stores cm as somebody else writes it (a new RV, no watch events).
+func (s *Server) Put(cm *corev1.ConfigMap) {
+	s.Lock()
+	defer s.Unlock()
+	cm = cm.DeepCopy()
+	s.advance(1)
+	if old := s.objects[cm.Name]; old != nil && cm.UID == "" {
+		cm.UID = old.UID
+	}
+	cm.ResourceVersion = strconv.FormatUint(s.RV, 10)
+	s.objects[cm.Name] = cm
+}
+
+// Get is the stored ConfigMap, or nil.
+func (s *Server) Get(name string) *corev1.ConfigMap {
+	s.Lock()
+	defer s.Unlock()
+	return s.objects[name].DeepCopy()
 }
 
 func (s *Server) watch(a k8stesting.Action) (bool, watch.Interface, error) {

@@ -1,14 +1,23 @@
-// Package owned creates, patches and deletes the ConfigMaps the exporter
-// owns. Each carries app.kubernetes.io/managed-by=watchcache-exporter, so that
-// an operator can find (and, if the exporter was killed, delete) them.
+// Package owned creates, writes and deletes the ConfigMaps the exporter owns,
+// and only those. An object is owned when it carries the managed-by label and
+// the owner annotation naming this exporter (its namespace and quiet name, so
+// that the next start, or a standby taking over, adopts it). A same-named
+// object without them is somebody else's: never written, never deleted.
 package owned
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,13 +25,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
-// Labels of every owned object.
+// Marks of every owned object.
 const (
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	ManagedBy      = "watchcache-exporter"
-	ComponentLabel = "app.kubernetes.io/component"
+	ManagedByLabel  = "app.kubernetes.io/managed-by"
+	ManagedBy       = "watchcache-exporter"
+	ComponentLabel  = "app.kubernetes.io/component"
+	OwnerAnnotation = "watchcache-exporter/owner"
 )
 
 // Roles, the value of ComponentLabel.
@@ -34,26 +46,169 @@ const (
 // ManagedBySelector selects every owned object.
 const ManagedBySelector = ManagedByLabel + "=" + ManagedBy
 
-func newConfigMap(ns, name, role string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
+// ErrNotOwned is the error of a write or delete refused because the object
+// does not carry this exporter's marks.
+var ErrNotOwned = errors.New("not the exporter's")
+
+// maxTries bounds the read-and-write rounds of one Touch or Delete that
+// conflicts with other writers.
+const maxTries = 5
+
+// recheckEvery is how often a lost object is looked at again.
+const recheckEvery = 30 * time.Second
+
+// Store is the process-wide record of which of the exporter's names are its
+// own; its methods take the client to use, as each apiserver has its own.
+type Store struct {
+	ns, owner string
+	log       logr.Logger
+	now       func() time.Time
+	lostGauge prometheus.Gauge
+	jsonPatch []byte // the tests of the noise patch, up to its value
+
+	mu   sync.Mutex
+	lost map[string]time.Time // name -> when last checked
+}
+
+// NewStore is the Store of the objects of the exporter whose quiet ConfigMap
+// is ns/quiet.
+func NewStore(ns, quiet string, reg prometheus.Registerer, log logr.Logger, now func() time.Time) *Store {
+	s := &Store{
+		ns: ns, owner: ns + "/" + quiet, log: log, now: now, lost: map[string]time.Time{},
+		lostGauge: promauto.With(reg).NewGauge(promopts.Gauge("objects_lost",
+			"ConfigMaps of the exporter's names that no longer carry its marks (label "+ManagedBySelector+", annotation "+OwnerAnnotation+"): no longer written or deleted, until their marks are back or they are deleted.")),
+	}
+	s.jsonPatch = fmt.Appendf(nil, `[{"op":"test","path":"/metadata/labels/%s","value":%q},{"op":"test","path":"/metadata/annotations/%s","value":%q},{"op":"add","path":"/data","value":{"seq":`,
+		escapePointer(ManagedByLabel), ManagedBy, escapePointer(OwnerAnnotation), s.owner)
+	return s
+}
+
+// Owner is the owner annotation's value.
+func (s *Store) Owner() string { return s.owner }
+
+// Owns says whether cm carries this exporter's marks.
+func (s *Store) Owns(cm *corev1.ConfigMap) bool {
+	return cm.Labels[ManagedByLabel] == ManagedBy && cm.Annotations[OwnerAnnotation] == s.owner
+}
+
+func (s *Store) newConfigMap(name, role string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
-			Namespace: ns,
+			Namespace: s.ns,
 			Labels:    map[string]string{ManagedByLabel: ManagedBy, ComponentLabel: role},
 			Annotations: map[string]string{
+				OwnerAnnotation:               s.owner,
 				"watchcache-exporter/purpose": "Written by watchcache-exporter to measure the kube-apiserver watch cache; deleted when it stops.",
 			},
 		},
 	}
+	if role == RoleNoise {
+		cm.Data = map[string]string{"seq": "0"}
+	}
+	return cm
 }
 
-// Ensure gets ns/name, creating it when missing. created says whether it did.
-func Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, ns, name, role string) (rv uint64, created bool, err error) {
-	cm, err := c.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+// NotOwned returns those of names that exist without this exporter's marks;
+// missing ones are fine (they will be created).
+func (s *Store) NotOwned(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) ([]string, error) {
+	var out []string
+	for _, name := range names {
+		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get configmap %s/%s: %w", s.ns, name, err)
+		}
+		if !s.Owns(cm) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// found and lostNow record what a read showed of name, logging changes.
+func (s *Store) found(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.lost[name]; ok {
+		delete(s.lost, name)
+		s.lostGauge.Set(float64(len(s.lost)))
+		s.log.Info("ConfigMap is the exporter's again: writing it", "namespace", s.ns, "name", name)
+	}
+}
+
+func (s *Store) lostNow(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.lost[name]; !ok {
+		s.log.Info("ConfigMap lost the exporter's marks: no longer writing or deleting it; delete it or restore its marks for the exporter to take it back",
+			"namespace", s.ns, "name", name, "label", ManagedBySelector, "annotation", OwnerAnnotation+"="+s.owner)
+	}
+	s.lost[name] = s.now()
+	s.lostGauge.Set(float64(len(s.lost)))
+	return fmt.Errorf("configmap %s/%s: %w", s.ns, name, ErrNotOwned)
+}
+
+// check records what cm says of name's ownership and returns ErrNotOwned
+// for an object that is not ours.
+func (s *Store) check(name string, cm *corev1.ConfigMap) error {
+	if !s.Owns(cm) {
+		return s.lostNow(name)
+	}
+	s.found(name)
+	return nil
+}
+
+// Lost lists the names that lost their marks, sorted.
+func (s *Store) Lost() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.lost))
+	for n := range s.lost {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Ready fails while any object is lost.
+func (s *Store) Ready() error {
+	if lost := s.Lost(); len(lost) > 0 {
+		return fmt.Errorf("configmaps %s of namespace %s lost the exporter's marks and are no longer written", strings.Join(lost, ","), s.ns)
+	}
+	return nil
+}
+
+// Usable says whether name may be written now. A lost name is looked at again
+// every 30 s, and recreated if it was deleted.
+func (s *Store) Usable(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) bool {
+	s.mu.Lock()
+	checked, lost := s.lost[name]
+	due := lost && s.now().Sub(checked) >= recheckEvery
+	if due {
+		s.lost[name] = s.now()
+	}
+	s.mu.Unlock()
+	if !lost {
+		return true
+	}
+	if !due {
+		return false
+	}
+	_, _, err := s.Ensure(ctx, c, name, role)
+	return err == nil
+}
+
+// Ensure gets name, creating it when missing. created says whether it did.
+// An existing object that is not ours is ErrNotOwned.
+func (s *Store) Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
+	cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		cm, err = c.ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		cm, err = c.ConfigMaps(s.ns).Create(ctx, s.newConfigMap(name, role), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) { // created meanwhile by someone else
-			cm, err = c.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			cm, err = c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
 		} else if err == nil {
 			created = true
 		}
@@ -61,76 +216,147 @@ func Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, ns, name, role
 	if err != nil {
 		return 0, false, err
 	}
+	if err := s.check(name, cm); err != nil {
+		return 0, false, err
+	}
 	rv, err = ParseRV(cm.ResourceVersion)
 	return rv, created, err
 }
 
-// Relist lists ns/name as a reflector would (a consistent list, selected by
+// Relist lists name as a reflector would (a consistent list, selected by
 // name) and returns the list's resourceVersion, the cluster's current one: a
 // watch from it misses nothing and is not refused. An object's own
 // resourceVersion is no such point: it may be older than the watch cache.
-// A missing object is created first; created says whether it was.
-func Relist(ctx context.Context, c corev1client.ConfigMapsGetter, ns, name, role string) (rv uint64, created bool, err error) {
-	l, err := c.ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
+// A missing object is created first; created says whether it was. An object
+// that is not ours is only read: the RV comes back with ErrNotOwned.
+func (s *Store) Relist(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
+	l, err := c.ConfigMaps(s.ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
 	if err != nil {
 		return 0, false, err
 	}
 	if len(l.Items) == 0 {
-		cm, err := c.ConfigMaps(ns).Create(ctx, newConfigMap(ns, name, role), metav1.CreateOptions{})
+		cm, err := c.ConfigMaps(s.ns).Create(ctx, s.newConfigMap(name, role), metav1.CreateOptions{})
 		if err == nil {
+			s.found(name)
 			rv, err = ParseRV(cm.ResourceVersion)
 			return rv, true, err
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return 0, false, err
 		}
-		return Relist(ctx, c, ns, name, role) // created meanwhile by another
+		return s.Relist(ctx, c, name, role) // created meanwhile by another
 	}
-	rv, err = ParseRV(l.ResourceVersion)
-	return rv, false, err
+	if rv, err = ParseRV(l.ResourceVersion); err != nil {
+		return 0, false, err
+	}
+	return rv, false, s.check(name, &l.Items[0])
 }
 
-// SetKey merge-patches data[key]=value into ns/name and returns the new RV.
-// It does not retry: a 429 or 5xx comes back to the caller, which decides
-// when to try again (client-go would otherwise retry 429s by itself, hiding
-// the throttling that we want to count).
-func SetKey(ctx context.Context, c corev1client.CoreV1Interface, ns, name, key, value string) (uint64, error) {
+// SetSeq writes data={"seq": value} to the noise object name and returns the
+// new RV. The JSON patch tests the marks first, so that the write happens
+// only if the object is ours at that moment; an object that is not is
+// ErrNotOwned. It does not retry: a 429 or 5xx comes back to the caller,
+// which decides when to try again (client-go would otherwise retry 429s by
+// itself, hiding the throttling that we want to count).
+func (s *Store) SetSeq(ctx context.Context, c corev1client.CoreV1Interface, name, value string) (uint64, error) {
+	body := s.seqPatch(value)
 	cm := &corev1.ConfigMap{}
 	var err error
 	if rc, ok := c.RESTClient().(*rest.RESTClient); ok && rc != nil {
-		err = rc.Patch(types.MergePatchType).
-			Namespace(ns).Resource("configmaps").Name(name).
-			Body(MergePatch(key, value)).MaxRetries(0).Do(ctx).Into(cm)
+		err = rc.Patch(types.JSONPatchType).
+			Namespace(s.ns).Resource("configmaps").Name(name).
+			Body(body).MaxRetries(0).Do(ctx).Into(cm)
 	} else {
 		// No HTTP below the client (client-go's fake clientset in hermetic
 		// tests), so no retries to turn off: the typed patch.
-		cm, err = c.ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, MergePatch(key, value), metav1.PatchOptions{})
+		cm, err = c.ConfigMaps(s.ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{})
 	}
 	if err != nil {
+		// A failed test is 422 from the apiserver (a plain error from the
+		// fake clientset): read the object to tell lost marks from others.
+		var status apierrors.APIStatus
+		if apierrors.IsInvalid(err) || !errors.As(err, &status) {
+			if got, gerr := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil && !s.Owns(got) {
+				return 0, s.lostNow(name)
+			}
+		}
 		return 0, err
 	}
 	return ParseRV(cm.ResourceVersion)
 }
 
-// MergePatch is the JSON merge patch that sets data[key]=value.
-func MergePatch(key, value string) []byte {
-	b := make([]byte, 0, 16+len(key)+len(value))
-	b = append(b, `{"data":{`...)
-	b = strconv.AppendQuote(b, key)
-	b = append(b, ':')
+func (s *Store) seqPatch(value string) []byte {
+	b := make([]byte, 0, len(s.jsonPatch)+len(value)+8)
+	b = append(b, s.jsonPatch...)
 	b = strconv.AppendQuote(b, value)
-	return append(b, "}}"...)
+	return append(b, "}}]"...)
 }
 
-// Delete deletes the named ConfigMaps of ns; missing ones are no error.
-func Delete(ctx context.Context, c corev1client.ConfigMapsGetter, ns string, names ...string) error {
+// Touch sets data[key]=value on name if it is ours: a read, then an update
+// that the read's resourceVersion guards, so that an object whose marks go
+// between the two is not written. It returns the new RV; an object that is
+// not ours is ErrNotOwned, and a missing one the NotFound error.
+func (s *Store) Touch(ctx context.Context, c corev1client.ConfigMapsGetter, name, key, value string) (uint64, error) {
+	for try := 1; ; try++ {
+		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if err := s.check(name, cm); err != nil {
+			return 0, err
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[key] = value
+		cm, err = c.ConfigMaps(s.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && try < maxTries {
+			continue // changed since the read: read again
+		}
+		if err != nil {
+			return 0, err
+		}
+		return ParseRV(cm.ResourceVersion)
+	}
+}
+
+// Delete deletes those of names that are ours, each with a precondition on
+// the UID and resourceVersion it was read with, so that an object replaced
+// or taken over since the read is not deleted. Missing ones are no error;
+// ones not ours are left, and named in the error.
+func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) error {
 	var errs []error
 	for _, name := range names {
-		if err := c.ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete configmap %s/%s: %w", ns, name, err))
+		if err := s.delete(ctx, c, name); err != nil {
+			errs = append(errs, fmt.Errorf("delete configmap %s/%s: %w", s.ns, name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (s *Store) delete(ctx context.Context, c corev1client.ConfigMapsGetter, name string) error {
+	for try := 1; ; try++ {
+		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !s.Owns(cm) {
+			return ErrNotOwned
+		}
+		err = c.ConfigMaps(s.ns).Delete(ctx, name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion},
+		})
+		if apierrors.IsConflict(err) && try < maxTries {
+			continue // written since the read: read again
+		}
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
 }
 
 // NameSelector is the field selector of the one object named name.
@@ -146,4 +372,9 @@ func ParseRV(s string) (uint64, error) {
 		return 0, fmt.Errorf("resourceVersion %q is not a number: %w", s, err)
 	}
 	return rv, nil
+}
+
+// escapePointer escapes a map key for a JSON pointer (RFC 6901).
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }

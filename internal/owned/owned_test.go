@@ -2,19 +2,167 @@ package owned
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	
+	"github.com/watchcache/watchcache-exporter/internal/fakecache"
 )
 
-func TestMergePatch(t *testing.T) {
-	for _, tc := range [][2]string{{"seq", "42"}, {"touched", `2026-12-02T10:00:00Z`}, {`we"ird`, "a\\b\n"}} {
-		var got map[string]map[string]string
-		if err := json.Unmarshal(MergePatch(tc[0], tc[1]), &got); err != nil {
-			t.Fatalf("MergePatch(%q, %q) = %s: %v", tc[0], tc[1], MergePatch(tc[0], tc[1]), err)
-		}
-		if want := map[string]map[string]string{"data": {tc[0]: tc[1]}}; !reflect.DeepEqual(got, want) {
-			t.Errorf("MergePatch(%q, %q) decodes to %v", tc[0], tc[1], got)
-		}
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newTestStore(t *testing.T) (*Store, *fakecache.Server, *fakeClock, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	clk := &fakeClock{time.Unix(1e9, 0)}
+	return NewStore("ns", "quiet", reg, logr.Discard(), clk.now), fakecache.New(100), clk, reg
+}
+
+func theirs(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "7",
+		Labels: map[string]string{ManagedByLabel: ManagedBy}}, Data: map[string]string{"keep": "me"}}
+}
+
+func TestSeqPatch(t *testing.T) {
+	s, _, _, _ := newTestStore(t)
+	var ops []map[string]any
+	if err := json.Unmarshal(s.seqPatch("42"), &ops); err != nil {
+		t.Fatalf("%s: %v", s.seqPatch("42"), err)
+	}
+	want := []map[string]any{
+		{"op": "test", "path": "/metadata/labels/app.kubernetes.io~1managed-by", "value": "watchcache-exporter"},
+		{"op": "test", "path": "/metadata/annotations/watchcache-exporter~1owner", "value": "ns/quiet"},
+		{"op": "add", "path": "/data", "value": map[string]any{"seq": "42"}},
+	}
+	if !reflect.DeepEqual(ops, want) {
+		t.Errorf("got %v\nwant %v", ops, want)
+	}
+}
+
+func TestNotOwned(t *testing.T) {
+	s, cs, _, _ := newTestStore(t)
+	ctx := t.Context()
+	if _, _, err := s.Ensure(ctx, cs.CoreV1(), "mine", RoleNoise); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs("other"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// An object of another exporter (same label, another owner) is not ours.
+	other := NewStore("ns", "quiet2", prometheus.NewRegistry(), logr.Discard(), time.Now)
+	if _, _, err := other.Ensure(ctx, cs.CoreV1(), "another", RoleNoise); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.NotOwned(ctx, cs.CoreV1(), "mine", "other", "missing", "another")
+	if err != nil || !reflect.DeepEqual(got, []string{"other", "another"}) {
+		t.Errorf("NotOwned = %v, %v; want [other another]", got, err)
+	}
+}
+
+func TestLostAndBack(t *testing.T) {
+	s, cs, clk, reg := newTestStore(t)
+	ctx := t.Context()
+	cms := cs.CoreV1().ConfigMaps("ns")
+	if _, created, err := s.Ensure(ctx, cs.CoreV1(), "n0", RoleNoise); err != nil || !created {
+		t.Fatalf("Ensure: created %v, %v", created, err)
+	}
+	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "1"); err != nil {
+		t.Fatal(err)
+	}
+	// Somebody takes it: the marks go, and their data stays as it is.
+	cm, _ := cms.Get(ctx, "n0", metav1.GetOptions{})
+	delete(cm.Annotations, OwnerAnnotation)
+	cm.Data = map[string]string{"theirs": "x"}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "2"); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("SetSeq on a taken object: %v, want ErrNotOwned", err)
+	}
+	if got, _ := cms.Get(ctx, "n0", metav1.GetOptions{}); !reflect.DeepEqual(got.Data, map[string]string{"theirs": "x"}) {
+		t.Errorf("their data became %v", got.Data)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP watchcache_objects_lost ConfigMaps of the exporter's names that no longer carry its marks (label app.kubernetes.io/managed-by=watchcache-exporter, annotation watchcache-exporter/owner): no longer written or deleted, until their marks are back or they are deleted.
+# TYPE watchcache_objects_lost gauge
+watchcache_objects_lost 1
+`)); err != nil {
+		t.Error(err)
+	}
+	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "n0") {
+		t.Errorf("Ready = %v, want n0 named", err)
+	}
+	if s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+		t.Error("a lost object is usable")
+	}
+	if err := s.Delete(ctx, cs.CoreV1(), "n0"); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Delete of a taken object: %v, want ErrNotOwned", err)
+	}
+	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err != nil {
+		t.Errorf("the taken object was deleted: %v", err)
+	}
+	// They delete it: after the recheck interval it is ours again, created.
+	if err := cms.Delete(ctx, "n0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = clk.t.Add(recheckEvery - time.Second)
+	if s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+		t.Error("rechecked before the interval")
+	}
+	clk.t = clk.t.Add(recheckEvery)
+	if !s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+		t.Error("not usable again after its deletion and the interval")
+	}
+	if s.Ready() != nil || len(s.Lost()) != 0 || testutil.ToFloat64(s.lostGauge) != 0 {
+		t.Errorf("still lost: %v", s.Lost())
+	}
+	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "3"); err != nil {
+		t.Errorf("SetSeq after taking it back: %v", err)
+	}
+	if err := s.Delete(ctx, cs.CoreV1(), "n0", "never-made"); err != nil {
+		t.Errorf("Delete: %v", err)
+	}
+	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err == nil {
+		t.Error("n0 not deleted")
+	}
+}
+
+func TestTouchAndRelist(t *testing.T) {
+	s, cs, _, _ := newTestStore(t)
+	ctx := t.Context()
+	if _, created, err := s.Relist(ctx, cs.CoreV1(), "quiet", RoleQuiet); err != nil || !created {
+		t.Fatalf("Relist: created %v, %v", created, err)
+	}
+	if _, err := s.Touch(ctx, cs.CoreV1(), "quiet", "touched", "now"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Touch(ctx, cs.CoreV1(), "absent", "touched", "now"); err == nil {
+		t.Error("Touch of a missing object: no error")
+	}
+	made, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs("q2"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Touch(ctx, cs.CoreV1(), "q2", "touched", "now"); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Touch of theirs: %v, want ErrNotOwned", err)
+	}
+	if _, _, err := s.Relist(ctx, cs.CoreV1(), "q2", RoleQuiet); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Relist of theirs: %v, want ErrNotOwned", err)
+	}
+	if got := cs.Get("q2"); got.ResourceVersion != made.ResourceVersion || !reflect.DeepEqual(got.Data, theirs("q2").Data) {
+		t.Errorf("theirs changed: %v", got)
 	}
 }
 
@@ -27,9 +175,37 @@ func TestParseRV(t *testing.T) {
 	}
 }
 
-func BenchmarkMergePatch(b *testing.B) {
+func BenchmarkSeqPatch(b *testing.B) {
+	s := NewStore("ns", "quiet", prometheus.NewRegistry(), logr.Discard(), time.Now)
 	b.ReportAllocs()
 	for b.Loop() {
-		MergePatch("seq", "1234567")
+		s.seqPatch("1234567")
+	}
+}
+
+// An object deleted and re-created by somebody else between the exporter's
+// read and its delete: the UID precondition fails, the read again shows it
+// is theirs, and it stays.
+func TestDeleteHonoursUID(t *testing.T) {
+	s, srv, _, _ := newTestStore(t)
+	ctx := t.Context()
+	if _, _, err := s.Ensure(ctx, srv.CoreV1(), "n0", RoleNoise); err != nil {
+		t.Fatal(err)
+	}
+	replaced := false
+	srv.Client.PrependReactor("delete", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !replaced {
+			replaced = true
+			cm := theirs("n0")
+			cm.UID = "their-uid"
+			srv.Put(cm)
+		}
+		return false, nil, nil
+	})
+	if err := s.Delete(ctx, srv.CoreV1(), "n0"); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Delete: %v, want ErrNotOwned", err)
+	}
+	if got := srv.Get("n0"); got == nil || got.UID != "their-uid" {
+		t.Errorf("their object was deleted: %v", got)
 	}
 }

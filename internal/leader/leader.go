@@ -1,0 +1,219 @@
+// Package leader keeps one writer per namespace and quiet name: a
+// coordination.k8s.io Lease held through client-go's leader election, for the
+// life of the process. Only the holder writes; a standby writes and touches
+// nothing until it takes the Lease over.
+package leader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
+)
+
+// Timing of the Lease, client-go's and kube-controller-manager's defaults:
+// a holder that cannot renew for RenewDeadline stops at once, before a
+// standby may take the Lease, LeaseDuration after the last renewal.
+const (
+	LeaseDuration = 15 * time.Second
+	RenewDeadline = 10 * time.Second
+	RetryPeriod   = 2 * time.Second
+)
+
+// Config of an Elector.
+type Config struct {
+	Namespace, Name string // of the Lease
+	Identity        string // this process; see Identity
+	// Timing; zero values take the defaults above (tests shorten them).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Identity is this process's name in the Lease: the pod's name (or the
+// host's) and a random suffix, so that a restarted process is a new holder.
+func Identity() string {
+	host := os.Getenv("POD_NAME")
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
+}
+
+// Elector campaigns for the Lease.
+type Elector struct {
+	cfg    Config
+	client coordinationv1client.LeasesGetter
+	log    logr.Logger
+	leader prometheus.Gauge
+	lead   atomic.Bool
+}
+
+// New validates cfg and registers watchcache_exporter_leader on reg.
+func New(cfg Config, client coordinationv1client.LeasesGetter, reg prometheus.Registerer, log logr.Logger) (*Elector, error) {
+	if cfg.Namespace == "" || cfg.Name == "" || cfg.Identity == "" {
+		return nil, errors.New("leader: Namespace, Name and Identity are required")
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = LeaseDuration, RenewDeadline, RetryPeriod
+	}
+	e := &Elector{cfg: cfg, client: client, log: log,
+		leader: promauto.With(reg).NewGauge(promopts.Gauge("exporter_leader",
+			"1 while this exporter holds the Lease of its namespace and quiet name and so writes the load and runs the measurement; 0 on a standby.")),
+	}
+	// A check of the timing, with the lock it will use.
+	if _, err := e.elector(context.Background(), func(context.Context) {}, func() {}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Leading says whether lead runs now.
+func (e *Elector) Leading() bool { return e.lead.Load() }
+
+// Identity is the name this Elector holds the Lease under.
+func (e *Elector) Identity() string { return e.cfg.Identity }
+
+// Run campaigns until ctx ends. Each time this process wins the Lease, lead
+// runs with a context that ends the moment the Lease is lost or ctx ends;
+// held says which (true: still held, so this is a shutdown). Run waits for
+// lead to return, then, on shutdown, releases the Lease and deletes it if
+// nobody took it meanwhile: lead's last work (deleting the exporter's
+// objects) happens while it still holds the Lease.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, held func() bool)) {
+	for ctx.Err() == nil {
+		e.campaign(ctx, lead)
+		if pause.For(ctx, e.cfg.RetryPeriod) != nil {
+			return
+		}
+	}
+}
+
+// campaign is one leaderelection.Run: until the Lease is lost, or ctx ends.
+func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, held func() bool)) {
+	electCtx, cancelElect := context.WithCancel(klog.NewContext(context.Background(), e.log))
+	defer cancelElect()
+	var (
+		mu       sync.Mutex
+		over     bool          // Run returned: too late to lead
+		leadDone chan struct{} // while lead runs
+	)
+	// A standby stops at once; a leader once lead has returned.
+	stopStandby := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if leadDone == nil {
+			cancelElect()
+		}
+	})
+	defer stopStandby()
+	released := false
+	onStarted := func(lctx context.Context) {
+		mu.Lock()
+		if over || lctx.Err() != nil || ctx.Err() != nil {
+			mu.Unlock()
+			cancelElect()
+			return
+		}
+		done := make(chan struct{})
+		leadDone = done
+		mu.Unlock()
+		defer close(done)
+		e.leader.Set(1)
+		e.lead.Store(true)
+		e.log.Info("holding the lease: writing and measuring", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+		leadCtx, cancel := context.WithCancel(lctx)
+		stop := context.AfterFunc(ctx, cancel)
+		lead(leadCtx, func() bool { return lctx.Err() == nil })
+		stop()
+		cancel()
+		e.leader.Set(0)
+		e.lead.Store(false)
+		if ctx.Err() != nil {
+			released = true
+			cancelElect() // renew stops, and releases
+		} else {
+			e.log.Info("lost the lease: stopped writing and measuring; the objects stay for the next holder", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+		}
+	}
+	le, err := e.elector(electCtx, onStarted, func() {})
+	if err != nil { // checked in New
+		e.log.Error(err, "leader election")
+		return
+	}
+	le.Run(electCtx)
+	mu.Lock()
+	over = true
+	done := leadDone
+	mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	if released {
+		e.deleteReleased()
+	}
+}
+
+func (e *Elector) elector(ctx context.Context, onStarted func(context.Context), onStopped func()) (*leaderelection.LeaderElector, error) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
+		Client:     e.client,
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+		Labels:     map[string]string{owned.ManagedByLabel: owned.ManagedBy},
+	}
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            e.cfg.Namespace + "/" + e.cfg.Name,
+		LeaseDuration:   e.cfg.LeaseDuration,
+		RenewDeadline:   e.cfg.RenewDeadline,
+		RetryPeriod:     e.cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: onStarted,
+			OnStoppedLeading: onStopped,
+			OnNewLeader: func(id string) {
+				if id != e.cfg.Identity {
+					e.log.Info("standby: another exporter holds the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "holder", id)
+				}
+			},
+		},
+	})
+}
+
+// deleteReleased deletes the released Lease unless somebody took it since:
+// the delete is guarded by the resourceVersion of a read that shows no
+// holder.
+func (e *Elector) deleteReleased() {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewDeadline)
+	defer cancel()
+	leases := e.client.Leases(e.cfg.Namespace)
+	l, err := leases.Get(ctx, e.cfg.Name, metav1.GetOptions{})
+	if err == nil && l.Labels[owned.ManagedByLabel] == owned.ManagedBy && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "") {
+		err = leases.Delete(ctx, e.cfg.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+	}
+	switch {
+	case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err): // deleted, or taken meanwhile
+		e.log.Info("released the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+	default:
+		e.log.Error(err, fmt.Sprintf("releasing the lease; a standby takes it within %s", e.cfg.LeaseDuration), "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+	}
+}
