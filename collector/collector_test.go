@@ -12,7 +12,7 @@ import (
 )
 
 func BenchmarkRecordProbe(b *testing.B) {
-	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), rvclock.NewHistory(16), func() float64 { return 0 }, prometheus.NewRegistry(), logr.Discard())
+	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), nil, rvclock.NewHistory(16), func() float64 { return 0 }, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -377,3 +377,48 @@ watchcache_first_bookmark_last_seconds 60
 		}
 	})
 }
+
+// A quiet ConfigMap whose marks somebody removed is watched and probed but
+// never touched: no new cycle starts, the object keeps their resourceVersion,
+// watchcache_objects_lost says so; with the marks back, the touches resume.
+func TestQuietTakenIsNotTouched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		srv.Capacity = 20 // 2 s of history at 10 writes/s: short cycles
+		r := start(t, srv, collector.Config{}, 100*time.Millisecond)
+		time.Sleep(10 * time.Second)
+		if r.value(t, "watchcache_quiet_touches_total") < 2 {
+			t.Fatal("fewer than 2 cycles in 10 s")
+		}
+		cm := srv.Get(quiet)
+		marks := cm.DeepCopy()
+		delete(cm.Annotations, owned.OwnerAnnotation)
+		cm.Data = map[string]string{"theirs": "yes"}
+		srv.Put(cm)
+		taken := srv.Get(quiet)
+		time.Sleep(5 * time.Second) // any cycle running ends
+		touches := r.value(t, "watchcache_quiet_touches_total")
+		time.Sleep(10 * time.Second)
+		if got := srv.Get(quiet); got.ResourceVersion != taken.ResourceVersion {
+			t.Errorf("their quiet was written: RV %s -> %s, data %v", taken.ResourceVersion, got.ResourceVersion, got.Data)
+		}
+		if got := r.value(t, "watchcache_quiet_touches_total"); got != touches {
+			t.Errorf("touches %v -> %v while quiet was not the exporter's", touches, got)
+		}
+		if got := r.value(t, "watchcache_objects_lost"); got != 1 {
+			t.Errorf("watchcache_objects_lost = %v, want 1", got)
+		}
+		if w := r.value(t, "watchcache_window_seconds"); math.IsNaN(w) {
+			t.Error("window NaN: the window probe stopped with the touches")
+		}
+		marks.ResourceVersion = ""
+		srv.Put(marks)
+		time.Sleep(5 * time.Second)
+		after := r.value(t, "watchcache_quiet_touches_total")
+		lost := r.value(t, "watchcache_objects_lost")
+		r.stop()
+		if after <= touches || lost != 0 {
+			t.Errorf("with the marks back: touches %v -> %v, lost %v; want touches resumed and 0 lost", touches, after, lost)
+		}
+	})
+}

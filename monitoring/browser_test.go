@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,10 @@ func checkStatusPage(t *testing.T, addr string) {
 	}
 	if window == 0 || points["rate"] == 0 {
 		t.Errorf("status page in Chromium: chart lines and their points %v; want window and rate lines with data", points)
+	}
+	// The legend is built from text nodes, under the page's CSP.
+	if !strings.Contains(string(out), `id="legend"><span style="color:`) {
+		t.Errorf("status page in Chromium: no legend drawn")
 	}
 	if os.Getenv(UpdateDocsEnv) == "1" {
 		shot := filepath.Join("..", "docs", "status-page.png")

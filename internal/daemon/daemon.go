@@ -86,6 +86,7 @@ type parts struct {
 	fleet  *apiservers.Fleet
 	page   *status.Page
 	mux    http.Handler
+	probes http.Handler // the probes alone, for --web.probe-address
 	// Either discovery finds the apiservers, or they are fixed.
 	discovery discoveryv1client.EndpointSlicesGetter
 	endpoints []apiservers.Endpoint
@@ -192,6 +193,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	}
 	p.page = status.New(reg, 5*time.Second, 720) // an hour
 	p.mux = newMux(cfg, reg, p.ready, p.page.Handler(cfg.telemetryPath))
+	p.probes = newProbeMux(p.ready)
 	return p, nil
 }
 
@@ -203,7 +205,7 @@ func (p *parts) run(ctx context.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.slog) }()
+	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.probes, p.slog) }()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.rates.Run(runCtx) })
 	wg.Go(func() { p.page.Run(runCtx) })

@@ -44,8 +44,39 @@ func TestArticle(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, out := exportertest.RunToExit(t, saCfg, "--namespace="+testNS)
-		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps in namespace "+testNS+"; list configmaps in namespace "+testNS+" (watchcache-quiet); patch configmaps in namespace "+testNS+" (watchcache-quiet,watchcache-noise-0,") {
+		if code != 1 || !strings.Contains(out, "RBAC denies create configmaps in namespace "+testNS+"; list configmaps in namespace "+testNS+" (watchcache-quiet); get configmaps in namespace "+testNS+" (watchcache-quiet,watchcache-noise-0,") {
 			t.Errorf("without RBAC: exit %d, output %q; want 1 and the denied verbs", code, out)
+		}
+		// Same-named ConfigMaps that are not the exporter's: refused, named
+		// with the flag that picks another name, and left as they were.
+		theirs := map[string]*corev1.ConfigMap{}
+		for _, name := range []string{"watchcache-quiet", "watchcache-noise-3"} {
+			cm, err := admin.CoreV1().ConfigMaps(testNS).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{owned.ManagedByLabel: owned.ManagedBy}},
+				Data:       map[string]string{"theirs": "yes"},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs[name] = cm
+		}
+		code, out = exportertest.RunToExit(t, c.AdminConfig(), "--namespace="+testNS)
+		for _, want := range []string{
+			"configmap " + testNS + "/watchcache-quiet exists and is not this exporter's: choose another name with --quiet.name",
+			"configmaps watchcache-noise-3 of namespace " + testNS + " exist and are not this exporter's: choose another prefix with --noise.prefix",
+		} {
+			if code != 1 || !strings.Contains(out, want) {
+				t.Errorf("others' ConfigMaps: exit %d, output %q; want 1 and %q", code, out, want)
+			}
+		}
+		for name, cm := range theirs {
+			got, err := admin.CoreV1().ConfigMaps(testNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || got.ResourceVersion != cm.ResourceVersion {
+				t.Errorf("%s after the refusal: %v, RV %s; want RV %s", name, err, got.ResourceVersion, cm.ResourceVersion)
+			}
+			if err := admin.CoreV1().ConfigMaps(testNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		gone := rest.CopyConfig(c.AdminConfig())
 		gone.Host = "https://127.0.0.1:1"

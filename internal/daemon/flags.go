@@ -34,7 +34,9 @@ type config struct {
 	loadObjects   int
 	probeInterval time.Duration
 	listenAddress string
+	probeAddress  string
 	telemetryPath string
+	maxRequests   int
 	webConfigFile string
 	logLevel      string
 	logFormat     string
@@ -62,7 +64,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
 	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
+	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
+	fs.IntVar(&c.maxRequests, "web.max-requests", 10, "Maximum number of scrapes served at once; more are answered 503. 0 means no limit.")
 	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file (TLS and basic auth).")
 	fs.StringVar(&c.logLevel, "log.level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&c.logFormat, "log.format", "json", "Log format: json or text.")
@@ -126,8 +130,14 @@ func (c config) validate() error {
 	if c.listenAddress == "" {
 		errs = append(errs, errors.New("--web.listen-address must not be empty"))
 	}
+	if c.probeAddress != "" && c.probeAddress == c.listenAddress {
+		errs = append(errs, fmt.Errorf("--web.probe-address=%q is --web.listen-address: want another port, or empty", c.probeAddress))
+	}
 	if err := checkTelemetryPath(c.telemetryPath); err != nil {
 		errs = append(errs, fmt.Errorf("--web.telemetry-path=%q: %w", c.telemetryPath, err))
+	}
+	if c.maxRequests < 0 {
+		errs = append(errs, fmt.Errorf("--web.max-requests=%d: must be 0 (no limit) or more", c.maxRequests))
 	}
 	if c.webConfigFile != "" {
 		if _, err := os.Stat(c.webConfigFile); err != nil {

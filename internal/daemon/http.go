@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -13,14 +14,23 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 )
 
-// newMux serves metrics, /healthz (the process is up), /readyz (ready()
-// returns nil) and the status page at /.
+// newMux serves metrics, the probes and the status page at /.
 func newMux(cfg config, reg *prometheus.Registry, ready func() error, page http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
+	mux := newProbeMux(ready)
 	mux.Handle(cfg.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		Registry:          reg,
-		EnableOpenMetrics: true,
+		Registry:            reg, // counts promhttp's own errors and in-flight scrapes
+		EnableOpenMetrics:   true,
+		MaxRequestsInFlight: cfg.maxRequests,
+		Timeout:             scrapeTimeout,
 	}))
+	mux.Handle("/", page)
+	return mux
+}
+
+// newProbeMux serves /healthz (the process is up) and /readyz (ready()
+// returns nil).
+func newProbeMux(ready func() error) *http.ServeMux {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -31,34 +41,88 @@ func newMux(cfg config, reg *prometheus.Registry, ready func() error, page http.
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/", page)
 	return mux
 }
 
+// scrapeTimeout bounds one gather: a scrape gets a 503 rather than hanging.
+const scrapeTimeout = 30 * time.Second
+
+// newServer has a deadline on every phase of a request, so that slow or idle
+// clients cannot hold connections for long.
+func newServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      scrapeTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
 // listenAndServe serves mux with exporter-toolkit (TLS and basic auth from
-// --web.config.file) until ctx ends, then shuts down within 10 s.
-func listenAndServe(ctx context.Context, cfg config, mux http.Handler, logger *slog.Logger) error {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+// --web.config.file), and probes alone on --web.probe-address in plain HTTP
+// without auth (kubelet probes carry no credentials), until ctx ends; then
+// it shuts both down within 10 s.
+func listenAndServe(ctx context.Context, cfg config, mux, probes http.Handler, logger *slog.Logger) error {
+	srv := newServer(mux, logger)
 	systemd := false
 	flags := &web.FlagConfig{
 		WebListenAddresses: &[]string{cfg.listenAddress},
 		WebSystemdSocket:   &systemd,
 		WebConfigFile:      &cfg.webConfigFile,
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- web.ListenAndServe(srv, flags, logger) }()
+	errc := make(chan error, 2)
+	servers := []*http.Server{srv}
+	go func() {
+		err := web.ListenAndServe(srv, flags, logger)
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			err = fmt.Errorf("--web.listen-address=%s: %w", cfg.listenAddress, err)
+		}
+		errc <- err
+	}()
+	if cfg.probeAddress != "" {
+		l, err := net.Listen("tcp", cfg.probeAddress)
+		if err != nil {
+			_ = srv.Close()
+			<-errc
+			return fmt.Errorf("--web.probe-address=%s: %w", cfg.probeAddress, err)
+		}
+		logger.Info("serving probes", "address", l.Addr().String())
+		psrv := newServer(probes, logger)
+		servers = append(servers, psrv)
+		go func() {
+			err := psrv.Serve(l)
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				err = fmt.Errorf("--web.probe-address=%s: %w", cfg.probeAddress, err)
+			}
+			errc <- err
+		}()
+	}
+	var first error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("--web.listen-address=%s: %w", cfg.listenAddress, err)
+	case first = <-errc:
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return err
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, s.Shutdown(sctx))
 	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	remaining := len(servers)
+	if first != nil {
+		remaining--
+		errs = append(errs, first)
 	}
-	return nil
+	for range remaining {
+		errs = append(errs, <-errc)
+	}
+	for i, err := range errs {
+		if errors.Is(err, http.ErrServerClosed) {
+			errs[i] = nil
+		}
+	}
+	return errors.Join(errs...)
 }

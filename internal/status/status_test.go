@@ -1,6 +1,8 @@
 package status
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -50,6 +52,17 @@ func TestPage(t *testing.T) {
 	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if body := rec.Body.String(); !strings.Contains(body, `<a href="/m">Metrics</a>`) || strings.Contains(body, "{{METRICS}}") {
 		t.Errorf("page does not link the metrics path")
+	}
+	// The policy names the page's one script by its hash; nothing else runs.
+	csp := rec.Header().Get("Content-Security-Policy")
+	_, script, _ := strings.Cut(rec.Body.String(), "<script>")
+	script, _, _ = strings.Cut(script, "</script>")
+	sum := sha256.Sum256([]byte(script))
+	if want := "script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "';"; !strings.Contains(csp, want) || !strings.HasPrefix(csp, "default-src 'none';") {
+		t.Errorf("Content-Security-Policy %q, want default-src 'none' and %s", csp, want)
+	}
+	if strings.Contains(rec.Body.String(), "innerHTML") || strings.Contains(rec.Body.String(), ` style="`) {
+		t.Error("the page sets markup from data (innerHTML) or has inline style attributes, which its policy blocks")
 	}
 	rec = httptest.NewRecorder()
 	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/nope", nil))
