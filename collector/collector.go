@@ -141,6 +141,9 @@ func New(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, hi
 		}
 	}
 	c.plain = newWatcher(WatcherPlain, false)
+	// Quiet's marks are checked as every change of it arrives: somebody
+	// taking it is seen at once, not at the next touch.
+	c.plain.onChange = store.Observe
 	c.bookmarks = newWatcher(WatcherBookmarks, true)
 	return c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,8 @@ type watcher struct {
 	maxTimeout time.Duration
 	// onBookmark receives each BOOKMARK's RV and arrival time.
 	onBookmark func(rv uint64, at time.Time)
+	// onChange receives quiet as each ADDED or MODIFIED event shows it.
+	onChange func(*corev1.ConfigMap)
 	// relist lists (and if need be creates) quiet and returns the RV to
 	// watch from.
 	relist func(ctx context.Context) (uint64, error)
@@ -257,6 +260,9 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 			// the last event it saw.
 			if !w.bookmarks {
 				rv = evRV
+			}
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && w.onChange != nil {
+				w.onChange(cm)
 			}
 		}
 	}

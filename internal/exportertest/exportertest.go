@@ -7,9 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,13 +26,72 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
-// Exporter is exporter.Run serving on a free loopback port.
+// Exporter is exporter.Run serving on a free loopback port, in the test's
+// process (Start) or in a child process (StartProcess).
 type Exporter struct {
 	Addr   string
 	cancel context.CancelFunc
+	cmd    *exec.Cmd // of StartProcess
 	done   chan int
 	logs   *SyncBuffer
 }
+
+// childEnv marks a test binary re-executed by StartProcess: it runs the
+// exporter instead of the tests.
+const childEnv = "WATCHCACHE_EXPORTER_CHILD"
+
+// RunChildIfAsked runs the exporter as cmd/watchcache-exporter does, and
+// exits, when this test binary is a child of StartProcess. A package that
+// uses StartProcess calls it first thing in its TestMain.
+func RunChildIfAsked() {
+	if os.Getenv(childEnv) != "1" {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := daemon.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// StartProcess runs the exporter in a child process, the test binary run
+// again (see RunChildIfAsked), so that a test can kill it with SIGKILL.
+func StartProcess(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
+	t.Helper()
+	addr := FreeAddr(t)
+	e := &Exporter{Addr: addr, cancel: func() {}, done: make(chan int, 1), logs: &SyncBuffer{}}
+	args = append([]string{"--kubeconfig=" + kubeconfig(t, cfg), "--web.listen-address=" + addr, "--log.format=text"}, args...)
+	e.cmd = exec.Command(os.Args[0], args...)
+	e.cmd.Env = append(os.Environ(), childEnv+"=1")
+	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = e.cmd.Wait()
+		e.done <- e.cmd.ProcessState.ExitCode() // -1 when killed
+	}()
+	t.Cleanup(func() {
+		defer func() { _ = e.cmd.Process.Kill() }() // if Stop timed out
+		e.Stop(t)
+		if t.Failed() {
+			t.Logf("exporter process %v log:\n%s", args[2:], e.logs.String())
+		}
+	})
+	return e
+}
+
+// Kill sends SIGKILL to a StartProcess exporter and waits for it to die.
+func (e *Exporter) Kill(t *testing.T) {
+	t.Helper()
+	if err := e.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	code := <-e.done
+	e.done <- code
+}
+
+// Logs is what the exporter has logged so far.
+func (e *Exporter) Logs() string { return e.logs.String() }
 
 // Start runs the exporter with cfg's credentials and args, and stops it when
 // the test ends (printing its log if the test failed). It does not wait for
@@ -55,9 +118,13 @@ func (e *Exporter) WaitReady(t *testing.T, timeout time.Duration) {
 	e.WaitFor(t, timeout, "exporter ready", func(Metrics) bool { return e.Ready() })
 }
 
-// Stop cancels Run's context, as SIGTERM does, and returns its exit status.
+// Stop cancels Run's context, or sends SIGTERM to the process, and returns
+// its exit status.
 func (e *Exporter) Stop(t *testing.T) int {
 	e.cancel()
+	if e.cmd != nil && e.cmd.Process != nil {
+		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	select {
 	case code := <-e.done:
 		e.done <- code

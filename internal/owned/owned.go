@@ -161,6 +161,9 @@ func (s *Store) check(name string, cm *corev1.ConfigMap) error {
 	return nil
 }
 
+// Observe records what a read of cm (a watch event) shows of its marks.
+func (s *Store) Observe(cm *corev1.ConfigMap) { _ = s.check(cm.Name, cm) }
+
 // Lost lists the names that lost their marks, sorted.
 func (s *Store) Lost() []string {
 	s.mu.Lock()

@@ -252,6 +252,19 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
+// RestartEtcd stops etcd and starts it again on the same data and port; the
+// apiservers keep running, and reconnect.
+func (c *Cluster) RestartEtcd(ctx context.Context) error {
+	if err := c.etcd.stop(10 * time.Second); err != nil {
+		return err
+	}
+	c.etcd = &process{name: c.etcd.name, path: c.etcd.path, args: c.etcd.args, logPath: c.etcd.logPath}
+	if err := c.etcd.start(); err != nil {
+		return err
+	}
+	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
+}
+
 // EtcdPID is etcd's process ID, for measuring its CPU.
 func (c *Cluster) EtcdPID() int { return c.etcd.cmd.Process.Pid }
 

@@ -1,0 +1,555 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/watchcache/watchcache-exporter/internal/exportertest"
+	"github.com/watchcache/watchcache-exporter/internal/leader"
+	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+)
+
+func TestMain(m *testing.M) {
+	exportertest.RunChildIfAsked()
+	os.Exit(m.Run())
+}
+
+// faultNS is the namespace of deploy/'s manifests, whose RBAC and APF
+// objects the fault matrix uses as they are.
+const faultNS = "watchcache-exporter"
+
+// fault is one run against the real control plane: what broke, and how long
+// the exporter took to say so and to recover.
+type fault struct {
+	t                *testing.T
+	start            time.Time
+	detect, recovery time.Duration
+}
+
+func begin(t *testing.T) *fault { return &fault{t: t, start: time.Now()} }
+
+func (f *fault) detected()  { f.detect = time.Since(f.start) }
+func (f *fault) recovered() { f.recovery = time.Since(f.start) }
+
+func (f *fault) report() {
+	f.t.Logf("fault %q: detected after %s, recovered after %s", f.t.Name(), f.detect.Round(100*time.Millisecond), f.recovery.Round(100*time.Millisecond))
+}
+
+// TestFaults is the fault matrix: each fault an operator will meet, on a
+// real apiserver and etcd, with the exporter under deploy/'s RBAC. Each
+// asserts that the exporter says so (metric, log, readiness) and recovers,
+// and at the end that nothing of the exporter is left: no goroutine of the
+// in-process exporters, no ConfigMap, no Lease.
+func TestFaults(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{
+		// Few seats in all, so that a priority level of one share has one
+		// seat, and the load's patches beyond it are refused with 429.
+		APIServerFlags: []string{"--max-requests-inflight=20", "--max-mutating-requests-inflight=10"},
+	})
+	leaks := goleak.IgnoreCurrent()
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	cms := admin.CoreV1().ConfigMaps(faultNS)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: faultNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := readYAML[rbacv1.Role](t, "../../deploy/base/role.yaml")
+	role.Namespace = faultNS
+	if _, err := admin.RbacV1().Roles(faultNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := readYAML[rbacv1.RoleBinding](t, "../../deploy/base/rolebinding.yaml")
+	rb.Namespace = faultNS
+	for i := range rb.Subjects {
+		rb.Subjects[i].Namespace = faultNS
+	}
+	if _, err := admin.RbacV1().RoleBindings(faultNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := c.ServiceAccountConfig(ctx, faultNS, "watchcache-exporter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--namespace=" + faultNS, "--load.rate=20"}
+	e := start(t, sa, args...)
+	e.WaitFor(t, 30*time.Second, "load and a first touch", func(m exportertest.Metrics) bool {
+		return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0 && m.Value(t, "watchcache_quiet_touches_total") > 0
+	})
+
+	t.Run("quiet deleted", func(t *testing.T) {
+		f := begin(t)
+		before := e.Scrape(t).Value(t, "watchcache_quiet_recreations_total")
+		if err := cms.Delete(ctx, "watchcache-quiet", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitFor(t, 30*time.Second, "quiet recreated", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_quiet_recreations_total") > before
+		})
+		f.detected()
+		cm, err := cms.Get(ctx, "watchcache-quiet", metav1.GetOptions{})
+		if err != nil || cm.Annotations[owned.OwnerAnnotation] != faultNS+"/watchcache-quiet" {
+			t.Errorf("quiet after its recreation: %v, annotations %v", err, cm.Annotations)
+		}
+		e.WaitReady(t, 30*time.Second)
+		f.recovered()
+		wantLog(t, e, "the quiet ConfigMap was missing: created it again")
+		f.report()
+	})
+
+	t.Run("noise deleted", func(t *testing.T) {
+		f := begin(t)
+		m0 := e.Scrape(t)
+		if err := cms.Delete(ctx, "watchcache-noise-0", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitFor(t, 30*time.Second, "a failed write to the deleted noise object", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_load_writes_total", "result", "error") > m0.Value(t, "watchcache_load_writes_total", "result", "error")
+		})
+		f.detected()
+		waitOwned(t, cms, "watchcache-noise-0", 30*time.Second)
+		m1 := e.Scrape(t)
+		e.WaitFor(t, 30*time.Second, "writes to noise-0 again", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > m1.Value(t, "watchcache_load_writes_total", "result", "ok")+20
+		})
+		f.recovered()
+		wantLog(t, e, "noise patch failed")
+		f.report()
+	})
+
+	t.Run("quiet marks removed", func(t *testing.T) {
+		f := begin(t)
+		taken := takeMarks(t, cms, "watchcache-quiet")
+		e.WaitFor(t, 30*time.Second, "quiet reported lost", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
+		})
+		f.detected()
+		wantLog(t, e, "ConfigMap lost the exporter's marks")
+		time.Sleep(5 * time.Second) // probes and touch attempts go on meanwhile
+		if got, err := cms.Get(ctx, taken.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != taken.ResourceVersion {
+			t.Errorf("their quiet was written: %v, RV %s -> %s", err, taken.ResourceVersion, got.ResourceVersion)
+		}
+		giveMarksBack(t, cms, taken)
+		e.WaitFor(t, 30*time.Second, "quiet the exporter's again", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_objects_lost") == 0 && e.Ready()
+		})
+		f.recovered()
+		f.report()
+	})
+
+	t.Run("noise marks removed, then noise deleted", func(t *testing.T) {
+		f := begin(t)
+		taken := takeMarks(t, cms, "watchcache-noise-1")
+		e.WaitFor(t, 30*time.Second, "noise-1 reported lost", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
+		})
+		f.detected()
+		m0 := e.Scrape(t)
+		time.Sleep(5 * time.Second)
+		if got, err := cms.Get(ctx, taken.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != taken.ResourceVersion {
+			t.Errorf("their noise-1 was written: %v, RV %s -> %s", err, taken.ResourceVersion, got.ResourceVersion)
+		}
+		if m1 := e.Scrape(t); m1.Value(t, "watchcache_load_writes_total", "result", "ok") <= m0.Value(t, "watchcache_load_writes_total", "result", "ok")+50 {
+			t.Error("the load stopped over the other noise objects")
+		}
+		if err := cms.Delete(ctx, taken.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitFor(t, 45*time.Second, "noise-1 recreated and the exporter's again", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_objects_lost") == 0 && e.Ready()
+		})
+		waitOwned(t, cms, taken.Name, 5*time.Second)
+		f.recovered()
+		f.report()
+	})
+
+	t.Run("RBAC rule revoked and restored", func(t *testing.T) {
+		for _, tc := range []struct {
+			verb, resource string
+			broken         func(before, now exportertest.Metrics) bool
+			fixed          func(before, now exportertest.Metrics) bool
+		}{
+			{"patch", "configmaps",
+				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 5, "watchcache_load_writes_total", "result", "error") },
+				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 20, "watchcache_load_writes_total", "result", "ok") }},
+			{"list", "configmaps",
+				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "error") },
+				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "ok") }},
+			{"update", "leases",
+				func(_, m exportertest.Metrics) bool { return m.Value(t, "watchcache_exporter_leader") == 0 },
+				func(b, m exportertest.Metrics) bool {
+					return m.Value(t, "watchcache_exporter_leader") == 1 && grew(t, b, m, 20, "watchcache_load_writes_total", "result", "ok")
+				}},
+		} {
+			t.Run(tc.verb+" "+tc.resource, func(t *testing.T) {
+				f := begin(t)
+				i := slices.IndexFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+					return slices.Contains(r.Verbs, tc.verb) && slices.Contains(r.Resources, tc.resource)
+				})
+				reduced := role.DeepCopy()
+				reduced.Rules = slices.Delete(reduced.Rules, i, i+1)
+				updateRole(t, admin, reduced)
+				before := e.Scrape(t)
+				e.WaitFor(t, 40*time.Second, "the denial counted", func(m exportertest.Metrics) bool { return tc.broken(before, m) })
+				f.detected()
+				if tc.resource == "leases" {
+					// Without the Lease, nothing is written.
+					m0 := e.Scrape(t)
+					time.Sleep(3 * time.Second)
+					if m1 := e.Scrape(t); m1.Value(t, "watchcache_load_writes_total", "result", "ok") != m0.Value(t, "watchcache_load_writes_total", "result", "ok") {
+						t.Error("writes go on without the Lease")
+					}
+				}
+				updateRole(t, admin, role)
+				mid := e.Scrape(t)
+				e.WaitFor(t, 60*time.Second, "recovery once the rule is back", func(m exportertest.Metrics) bool { return tc.fixed(mid, m) })
+				e.WaitReady(t, 60*time.Second)
+				f.recovered()
+				f.report()
+			})
+		}
+		wantLog(t, e, "forbidden")
+	})
+
+	for _, outage := range []time.Duration{30 * time.Second, 3 * time.Minute} {
+		t.Run(fmt.Sprintf("apiserver down %s", outage), func(t *testing.T) {
+			f := begin(t)
+			logsBefore := strings.Count(e.Logs(), "\n")
+			if err := c.APIServer().Stop(); err != nil {
+				t.Fatal(err)
+			}
+			e.WaitFor(t, leader.RenewDeadline+2*leader.RetryPeriod+5*time.Second, "the Lease given up", func(m exportertest.Metrics) bool {
+				return m.Value(t, "watchcache_exporter_leader") == 0
+			})
+			f.detected()
+			time.Sleep(time.Until(f.start.Add(outage)))
+			lines := strings.Count(e.Logs(), "\n") - logsBefore
+			if err := c.APIServer().Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			back := e.Scrape(t)
+			e.WaitFor(t, 90*time.Second, "leading, writing and touching again", func(m exportertest.Metrics) bool {
+				return m.Value(t, "watchcache_exporter_leader") == 1 &&
+					grew(t, back, m, 20, "watchcache_load_writes_total", "result", "ok") &&
+					grew(t, back, m, 1, "watchcache_quiet_touches_total")
+			})
+			e.WaitReady(t, 60*time.Second)
+			f.recovered()
+			// Retries back off, and their logs are rate-limited: no hot loop.
+			t.Logf("%d log lines during the %s outage", lines, outage)
+			if perMin := float64(lines) / outage.Minutes(); perMin > 60 {
+				t.Errorf("%d log lines in %s: %.0f a minute, want at most 60", lines, outage, perMin)
+			}
+			wantLog(t, e, "lost the lease: stopped writing and measuring")
+			f.report()
+		})
+	}
+
+	t.Run("etcd restart", func(t *testing.T) {
+		f := begin(t)
+		before := e.Scrape(t)
+		if err := c.RestartEtcd(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.detected() // the restart takes what it takes; the exporter need not see it
+		e.WaitFor(t, 90*time.Second, "writing and touching after etcd's restart", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_exporter_leader") == 1 &&
+				grew(t, before, m, 20, "watchcache_load_writes_total", "result", "ok") &&
+				grew(t, before, m, 1, "watchcache_quiet_touches_total")
+		})
+		e.WaitReady(t, 60*time.Second)
+		f.recovered()
+		f.report()
+	})
+
+	t.Run("APF throttles the load alone", func(t *testing.T) {
+		if code := e.Stop(t); code != 0 {
+			t.Fatalf("exit status %d", code)
+		}
+		pl, fs := apfObjects(t)
+		pl.Spec.Limited.NominalConcurrencyShares = ptr(int32(1))
+		pl.Spec.Limited.LimitResponse = flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject}
+		fc := admin.FlowcontrolV1()
+		if _, err := fc.PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = fc.FlowSchemas().Delete(ctx, fs.Name, metav1.DeleteOptions{})
+			_ = fc.PriorityLevelConfigurations().Delete(ctx, pl.Name, metav1.DeleteOptions{})
+		}()
+		f := begin(t)
+		const rate = 200
+		a := start(t, sa, "--namespace="+faultNS, fmt.Sprintf("--load.rate=%d", rate))
+		m0 := a.Scrape(t)
+		a.WaitFor(t, 60*time.Second, "throttled writes", func(m exportertest.Metrics) bool {
+			return grew(t, m0, m, 10, "watchcache_load_writes_total", "result", "throttled")
+		})
+		f.detected()
+		m1 := a.Scrape(t)
+		t1 := time.Now()
+		time.Sleep(20 * time.Second)
+		m2 := a.Scrape(t)
+		secs := time.Since(t1).Seconds()
+		throttled := (m2.Value(t, "watchcache_load_writes_total", "result", "throttled") - m1.Value(t, "watchcache_load_writes_total", "result", "throttled")) / secs
+		ok := (m2.Value(t, "watchcache_load_writes_total", "result", "ok") - m1.Value(t, "watchcache_load_writes_total", "result", "ok")) / secs
+		t.Logf("at %d writes/s asked in a one-seat level: %.1f ok and %.1f throttled a second", rate, ok, throttled)
+		// Each worker waits at least the Retry-After (a second) after a 429.
+		if workers := math.Ceil(rate / 10.0); throttled > workers*1.05 {
+			t.Errorf("%.1f throttled writes a second with %v workers: Retry-After not honoured", throttled, workers)
+		}
+		// The measurement's requests are in other levels: no error at all.
+		if errs := m2.Samples("watchcache_api_errors_total", "operation"); len(errs) > 0 {
+			t.Errorf("measurement errors under APF: %v", errs)
+		}
+		if v, err := m2.Get("watchcache_reconnects_total", "from", "bookmark", "result", "error"); err == nil && v > 0 {
+			t.Errorf("%v failed reconnect probes under APF", v)
+		}
+		if !a.Ready() || m2.Value(t, "watchcache_exporter_leader") != 1 {
+			t.Error("not ready, or not leading, under APF")
+		}
+		if code := a.Stop(t); code != 0 {
+			t.Errorf("exit status %d", code)
+		}
+		f.recovered()
+		f.report()
+	})
+
+	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
+		e = start(t, sa, args...)
+		e.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
+		})
+		if err := c.APIServer().Stop(); err != nil {
+			t.Fatal(err)
+		}
+		f := begin(t)
+		code := e.Stop(t)
+		f.detected()
+		f.recovered()
+		if code != 0 {
+			t.Errorf("exit status %d, want 0", code)
+		}
+		// terminationGracePeriodSeconds is 30.
+		if f.detect > 25*time.Second {
+			t.Errorf("stopped after %s with the apiserver down, want within 25 s", f.detect)
+		}
+		wantLog(t, e, "those it could not delete are left: delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector)
+		if err := c.APIServer().Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if left := ownedConfigMaps(t, cms); len(left) == 0 {
+			t.Error("no ConfigMap left, yet the apiserver was down at the stop")
+		}
+		f.report()
+	})
+
+	t.Run("kill -9 of the holder: the standby adopts and takes over", func(t *testing.T) {
+		// The leftovers of the last stop are adopted, not refused.
+		holder := exportertest.StartProcess(t, sa, args...)
+		holder.WaitReady(t, 60*time.Second)
+		holder.WaitFor(t, 30*time.Second, "the holder leading and writing", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_exporter_leader") == 1 && m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
+		})
+		standby := start(t, sa, args...)
+		time.Sleep(5 * time.Second)
+		m := standby.Scrape(t)
+		if m.Value(t, "watchcache_exporter_leader") != 0 || m.Value(t, "watchcache_load_writes_total", "result", "ok") != 0 {
+			t.Fatalf("the standby leads (%v) or writes (%v)", m.Value(t, "watchcache_exporter_leader"), m.Value(t, "watchcache_load_writes_total", "result", "ok"))
+		}
+		if _, err := m.Get("watchcache_quiet_touches_total"); err == nil {
+			t.Error("the standby measures")
+		}
+		wantLog(t, standby, "standby: another exporter holds the lease")
+		holder.Kill(t)
+		f := begin(t)
+		standby.WaitFor(t, leader.LeaseDuration+2*leader.RetryPeriod+5*time.Second, "the standby leading", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_exporter_leader") == 1
+		})
+		f.detected()
+		// Its numbers are right from its first full cycle: the first 410
+		// within 2 s of capacity/rate, as in TestArticle.
+		var first exportertest.Metrics
+		m0 := standby.Scrape(t)
+		t0 := time.Now()
+		standby.WaitFor(t, 200*time.Second, "the new holder's first expiry cycle", func(m exportertest.Metrics) bool {
+			first = m
+			return m.Sum(t, "watchcache_expiry_cycles_total") >= 1
+		})
+		f.recovered()
+		achieved := (first.Value(t, "watchcache_load_writes_total", "result", "ok") - m0.Value(t, "watchcache_load_writes_total", "result", "ok")) / time.Since(t0).Seconds()
+		capacity, err := c.APIServer().MetricValue(ctx, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expiry := first.Value(t, "watchcache_expiry_last_seconds")
+		t.Logf("after the takeover: first 410 after %.2f s; capacity %v at %.2f writes/s: %.2f s", expiry, capacity, achieved, capacity/achieved)
+		if want := math.Max(capacity/achieved, 75); math.Abs(expiry-want) > 3 {
+			t.Errorf("first 410 after %.2f s, want within 3 s of max(75 s, capacity/rate) = %.2f s", expiry, want)
+		}
+		if code := standby.Stop(t); code != 0 {
+			t.Errorf("exit status %d", code)
+		}
+		if left := ownedConfigMaps(t, cms); len(left) > 0 {
+			t.Errorf("ConfigMaps left after the last graceful stop: %v", left)
+		}
+		if _, err := admin.CoordinationV1().Leases(faultNS).Get(ctx, "watchcache-quiet", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Lease after the last graceful stop: %v, want it deleted", err)
+		}
+		f.report()
+	})
+
+	http.DefaultClient.CloseIdleConnections()
+	goleak.VerifyNone(t, leaks,
+		// Idle keep-alive connections of client-go's shared transports.
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+}
+
+func readYAML[T any](t *testing.T, path string) *T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := new(T)
+	if err := yaml.UnmarshalStrict(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
+// apfObjects are deploy/'s PriorityLevelConfiguration and FlowSchema.
+func apfObjects(t *testing.T) (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "components", "apf", "flowcontrol.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := bytes.Split(b, []byte("\n---\n"))
+	if len(docs) != 2 {
+		t.Fatalf("flowcontrol.yaml: %d documents, want 2", len(docs))
+	}
+	pl, fs := &flowcontrolv1.PriorityLevelConfiguration{}, &flowcontrolv1.FlowSchema{}
+	if err := yaml.UnmarshalStrict(docs[0], pl); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(docs[1], fs); err != nil {
+		t.Fatal(err)
+	}
+	return pl, fs
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// grew says whether a sample grew by more than by between two scrapes.
+func grew(t *testing.T, before, now exportertest.Metrics, by float64, name string, labels ...string) bool {
+	t.Helper()
+	b, _ := before.Get(name, labels...) // 0 when not yet exposed
+	n, err := now.Get(name, labels...)
+	return err == nil && n > b+by
+}
+
+func wantLog(t *testing.T, e *exportertest.Exporter, s string) {
+	t.Helper()
+	if !strings.Contains(e.Logs(), s) {
+		t.Errorf("no log line with %q", s)
+	}
+}
+
+func updateRole(t *testing.T, cs kubernetes.Interface, role *rbacv1.Role) {
+	t.Helper()
+	cur, err := cs.RbacV1().Roles(faultNS).Get(t.Context(), role.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Rules = role.Rules
+	if _, err := cs.RbacV1().Roles(faultNS).Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type configMaps interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.ConfigMap, error)
+	Update(ctx context.Context, cm *corev1.ConfigMap, opts metav1.UpdateOptions) (*corev1.ConfigMap, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error)
+}
+
+// takeMarks removes the owner annotation of name, as somebody taking the
+// object over would, and returns the object as they left it.
+func takeMarks(t *testing.T, cms configMaps, name string) *corev1.ConfigMap {
+	t.Helper()
+	for {
+		cm, err := cms.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(cm.Annotations, owned.OwnerAnnotation)
+		cm.Data = map[string]string{"theirs": "yes"}
+		cm, err = cms.Update(t.Context(), cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue // the exporter wrote it meanwhile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+}
+
+func giveMarksBack(t *testing.T, cms configMaps, cm *corev1.ConfigMap) {
+	t.Helper()
+	cm = cm.DeepCopy()
+	cm.Annotations[owned.OwnerAnnotation] = faultNS + "/watchcache-quiet"
+	if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitOwned(t *testing.T, cms configMaps, name string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		cm, err := cms.Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil && cm.Annotations[owned.OwnerAnnotation] == faultNS+"/watchcache-quiet" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not the exporter's within %s: %v", name, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func ownedConfigMaps(t *testing.T, cms configMaps) []string {
+	t.Helper()
+	l, err := cms.List(t.Context(), metav1.ListOptions{LabelSelector: owned.ManagedBySelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range l.Items {
+		names = append(names, cm.Name)
+	}
+	return names
+}
