@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
@@ -54,6 +55,9 @@ func registeredNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, store, hist, rec, logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.New(leader.Config{Namespace: "ns", Name: "q", Identity: "me"}, fake.NewClientset().CoordinationV1(), rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))

@@ -208,7 +208,7 @@ func TestFaults(t *testing.T) {
 				reduced.Rules = slices.Delete(reduced.Rules, i, i+1)
 				updateRole(t, admin, reduced)
 				before := e.Scrape(t)
-				e.WaitFor(t, 40*time.Second, "the denial counted", func(m exportertest.Metrics) bool { return tc.broken(before, m) })
+				e.WaitFor(t, leader.RenewDeadline+2*leader.RetryPeriod+10*time.Second, "the denial counted", func(m exportertest.Metrics) bool { return tc.broken(before, m) })
 				f.detected()
 				if tc.resource == "leases" {
 					// Without the Lease, nothing is written.
@@ -229,19 +229,33 @@ func TestFaults(t *testing.T) {
 		wantLog(t, e, "forbidden")
 	})
 
+	// Shorter than the renew deadline, the holder keeps the Lease and
+	// measures the restart as a cache reset; longer, it stops, and leads
+	// again once the apiserver is back.
 	for _, outage := range []time.Duration{30 * time.Second, 3 * time.Minute} {
 		t.Run(fmt.Sprintf("apiserver down %s", outage), func(t *testing.T) {
+			keeps := outage < leader.RenewDeadline
 			f := begin(t)
+			before := e.Scrape(t)
 			logsBefore := strings.Count(e.Logs(), "\n")
 			if err := c.APIServer().Stop(); err != nil {
 				t.Fatal(err)
 			}
-			e.WaitFor(t, leader.RenewDeadline+2*leader.RetryPeriod+5*time.Second, "the Lease given up", func(m exportertest.Metrics) bool {
-				return m.Value(t, "watchcache_exporter_leader") == 0
+			e.WaitFor(t, 15*time.Second, "failed writes counted", func(m exportertest.Metrics) bool {
+				return grew(t, before, m, 0, "watchcache_load_writes_total", "result", "error")
 			})
 			f.detected()
+			if !keeps {
+				e.WaitFor(t, leader.RenewDeadline+2*leader.RetryPeriod+5*time.Second, "the Lease given up", func(m exportertest.Metrics) bool {
+					return m.Value(t, "watchcache_exporter_leader") == 0
+				})
+				wantLog(t, e, "lost the lease: stopped writing and measuring")
+			}
 			time.Sleep(time.Until(f.start.Add(outage)))
 			lines := strings.Count(e.Logs(), "\n") - logsBefore
+			if keeps && e.Scrape(t).Value(t, "watchcache_exporter_leader") != 1 {
+				t.Errorf("the Lease lost within a %s outage", outage)
+			}
 			if err := c.APIServer().Start(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -249,16 +263,20 @@ func TestFaults(t *testing.T) {
 			e.WaitFor(t, 90*time.Second, "leading, writing and touching again", func(m exportertest.Metrics) bool {
 				return m.Value(t, "watchcache_exporter_leader") == 1 &&
 					grew(t, back, m, 20, "watchcache_load_writes_total", "result", "ok") &&
-					grew(t, back, m, 1, "watchcache_quiet_touches_total")
+					grew(t, back, m, 0, "watchcache_quiet_touches_total")
 			})
 			e.WaitReady(t, 60*time.Second)
 			f.recovered()
+			if keeps {
+				if r := e.Scrape(t).Sum(t, "watchcache_cache_resets_total") - before.Sum(t, "watchcache_cache_resets_total"); r != 1 {
+					t.Errorf("%v cache resets counted for the restart, want 1", r)
+				}
+			}
 			// Retries back off, and their logs are rate-limited: no hot loop.
 			t.Logf("%d log lines during the %s outage", lines, outage)
 			if perMin := float64(lines) / outage.Minutes(); perMin > 60 {
 				t.Errorf("%d log lines in %s: %.0f a minute, want at most 60", lines, outage, perMin)
 			}
-			wantLog(t, e, "lost the lease: stopped writing and measuring")
 			f.report()
 		})
 	}
@@ -383,7 +401,7 @@ func TestFaults(t *testing.T) {
 		wantLog(t, standby, "standby: another exporter holds the lease")
 		holder.Kill(t)
 		f := begin(t)
-		standby.WaitFor(t, leader.LeaseDuration+2*leader.RetryPeriod+5*time.Second, "the standby leading", func(m exportertest.Metrics) bool {
+		standby.WaitFor(t, leader.LeaseDuration+2*leader.RetryPeriod+10*time.Second, "the standby leading", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_exporter_leader") == 1
 		})
 		f.detected()

@@ -30,13 +30,16 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
-// Timing of the Lease, client-go's and kube-controller-manager's defaults:
-// a holder that cannot renew for RenewDeadline stops at once, before a
-// standby may take the Lease, LeaseDuration after the last renewal.
+// Timing of the Lease: a holder that cannot renew for RenewDeadline stops at
+// once, 20 s before a standby may take the Lease, LeaseDuration after the
+// last renewal. Four times kube-controller-manager's: the holder keeps the
+// Lease through an apiserver restart (~15 s), so the restart is measured as
+// a cache reset rather than lost with the measurement; a killed holder is
+// replaced within a minute; renewals add one write every 5 s.
 const (
-	LeaseDuration = 15 * time.Second
-	RenewDeadline = 10 * time.Second
-	RetryPeriod   = 2 * time.Second
+	LeaseDuration = 60 * time.Second
+	RenewDeadline = 40 * time.Second
+	RetryPeriod   = 5 * time.Second
 )
 
 // Config of an Elector.
