@@ -262,7 +262,7 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelCleanup()
 	if err := errors.Join(p.writer.Cleanup(cleanupCtx), p.store.Delete(cleanupCtx, p.core, p.cfg.quietName)); err != nil {
-		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left: delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector, "namespace", p.cfg.namespace)
+		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner())
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
 	}

@@ -235,12 +235,12 @@ func TestFaults(t *testing.T) {
 	for _, outage := range []time.Duration{30 * time.Second, 3 * time.Minute} {
 		t.Run(fmt.Sprintf("apiserver down %s", outage), func(t *testing.T) {
 			keeps := outage < leader.RenewDeadline
-			f := begin(t)
 			before := e.Scrape(t)
 			logsBefore := strings.Count(e.Logs(), "\n")
-			if err := c.APIServer().Stop(); err != nil {
+			if err := c.APIServer().Stop(); err != nil { // graceful: ~15 s
 				t.Fatal(err)
 			}
+			f := begin(t) // gone from here
 			e.WaitFor(t, 15*time.Second, "failed writes counted", func(m exportertest.Metrics) bool {
 				return grew(t, before, m, 0, "watchcache_load_writes_total", "result", "error")
 			})
@@ -259,11 +259,14 @@ func TestFaults(t *testing.T) {
 			if err := c.APIServer().Start(ctx); err != nil {
 				t.Fatal(err)
 			}
+			f.start = time.Now() // recovery counts from the apiserver's return
 			back := e.Scrape(t)
-			e.WaitFor(t, 90*time.Second, "leading, writing and touching again", func(m exportertest.Metrics) bool {
-				return m.Value(t, "watchcache_exporter_leader") == 1 &&
+			e.WaitFor(t, 90*time.Second, "leading, writing, probing and touching again", func(m exportertest.Metrics) bool {
+				// A new holder's collectors count from 0.
+				touched := grew(t, before, m, 0, "watchcache_quiet_touches_total") || !keeps && grew(t, back, m, 0, "watchcache_quiet_touches_total")
+				return m.Value(t, "watchcache_exporter_leader") == 1 && touched &&
 					grew(t, back, m, 20, "watchcache_load_writes_total", "result", "ok") &&
-					grew(t, back, m, 0, "watchcache_quiet_touches_total")
+					grew(t, back, m, 2, "watchcache_reconnects_total", "from", "stale", "result", "ok")
 			})
 			e.WaitReady(t, 60*time.Second)
 			f.recovered()
@@ -288,10 +291,10 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.detected() // the restart takes what it takes; the exporter need not see it
-		e.WaitFor(t, 90*time.Second, "writing and touching after etcd's restart", func(m exportertest.Metrics) bool {
+		e.WaitFor(t, 90*time.Second, "writing and probing after etcd's restart", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_exporter_leader") == 1 &&
 				grew(t, before, m, 20, "watchcache_load_writes_total", "result", "ok") &&
-				grew(t, before, m, 1, "watchcache_quiet_touches_total")
+				grew(t, before, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "ok")
 		})
 		e.WaitReady(t, 60*time.Second)
 		f.recovered()
@@ -372,7 +375,7 @@ func TestFaults(t *testing.T) {
 		if f.detect > 25*time.Second {
 			t.Errorf("stopped after %s with the apiserver down, want within 25 s", f.detect)
 		}
-		wantLog(t, e, "those it could not delete are left: delete them by hand with: kubectl delete configmaps -l "+owned.ManagedBySelector)
+		wantLog(t, e, "those it could not delete are left, for the next exporter here to adopt, or for deleting by hand")
 		if err := c.APIServer().Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -385,8 +388,9 @@ func TestFaults(t *testing.T) {
 	t.Run("kill -9 of the holder: the standby adopts and takes over", func(t *testing.T) {
 		// The leftovers of the last stop are adopted, not refused.
 		holder := exportertest.StartProcess(t, sa, args...)
-		holder.WaitReady(t, 60*time.Second)
-		holder.WaitFor(t, 30*time.Second, "the holder leading and writing", func(m exportertest.Metrics) bool {
+		// The Lease of the last stop was not released (the apiserver was
+		// down): the holder waits for it to expire.
+		holder.WaitFor(t, leader.LeaseDuration+2*leader.RetryPeriod+30*time.Second, "the holder leading and writing", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_exporter_leader") == 1 && m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
 		})
 		standby := start(t, sa, args...)
@@ -441,7 +445,10 @@ func TestFaults(t *testing.T) {
 	goleak.VerifyNone(t, leaks,
 		// Idle keep-alive connections of client-go's shared transports.
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
+		// The control plane's processes started again by the faults.
+		goleak.IgnoreAnyFunction("github.com/watchcache/watchcache-exporter/internal/testcluster.(*process).start.func1"))
 }
 
 func readYAML[T any](t *testing.T, path string) *T {

@@ -84,7 +84,7 @@ func New(cfg Config, client coordinationv1client.LeasesGetter, reg prometheus.Re
 			"1 while this exporter holds the Lease of its namespace and quiet name and so writes the load and runs the measurement; 0 on a standby.")),
 	}
 	// A check of the timing, with the lock it will use.
-	if _, err := e.elector(context.Background(), func(context.Context) {}, func() {}); err != nil {
+	if _, err := e.elector(func(context.Context) {}); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -158,7 +158,7 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 			e.log.Info("lost the lease: stopped writing and measuring; the objects stay for the next holder", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
 		}
 	}
-	le, err := e.elector(electCtx, onStarted, func() {})
+	le, err := e.elector(onStarted)
 	if err != nil { // checked in New
 		e.log.Error(err, "leader election")
 		return
@@ -176,7 +176,7 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 	}
 }
 
-func (e *Elector) elector(ctx context.Context, onStarted func(context.Context), onStopped func()) (*leaderelection.LeaderElector, error) {
+func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.LeaderElector, error) {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
 		Client:     e.client,
@@ -192,7 +192,7 @@ func (e *Elector) elector(ctx context.Context, onStarted func(context.Context), 
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: onStarted,
-			OnStoppedLeading: onStopped,
+			OnStoppedLeading: func() {},
 			OnNewLeader: func(id string) {
 				if id != e.cfg.Identity {
 					e.log.Info("standby: another exporter holds the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "holder", id)

@@ -326,7 +326,7 @@ func (s *Store) Touch(ctx context.Context, c corev1client.ConfigMapsGetter, name
 // Delete deletes those of names that are ours, each with a precondition on
 // the UID and resourceVersion it was read with, so that an object replaced
 // or taken over since the read is not deleted. Missing ones are no error;
-// ones not ours are left, and named in the error.
+// ones not ours are left, and logged.
 func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) error {
 	var errs []error
 	for _, name := range names {
@@ -347,7 +347,8 @@ func (s *Store) delete(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 			return err
 		}
 		if !s.Owns(cm) {
-			return ErrNotOwned
+			s.log.Info("left a ConfigMap that is not the exporter's", "namespace", s.ns, "name", name)
+			return nil
 		}
 		err = c.ConfigMaps(s.ns).Delete(ctx, name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion},
