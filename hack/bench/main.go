@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -320,8 +321,9 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// serveFake answers merge patches of ConfigMaps like the apiserver does, with
-// a fresh resourceVersion each time, so that only the client's cost counts.
+// serveFake answers the load's requests like the apiserver does, with a fresh
+// resourceVersion each time and the exporter's marks on every object, so
+// that only the client's cost counts.
 func serveFake(addr string) {
 	var mu sync.Mutex
 	rv := uint64(1000)
@@ -336,7 +338,9 @@ func serveFake(addr string) {
 		w.Header().Set("Content-Type", "application/json")
 		if req.Method == http.MethodGet || req.Method == http.MethodPost || req.Method == http.MethodPatch {
 			json.NewEncoder(w).Encode(map[string]any{"kind": "ConfigMap", "apiVersion": "v1",
-				"metadata": map[string]any{"name": name, "namespace": ns, "resourceVersion": strconv.FormatUint(v, 10)}})
+				"metadata": map[string]any{"name": name, "namespace": ns, "resourceVersion": strconv.FormatUint(v, 10),
+					"labels":      map[string]string{owned.ManagedByLabel: owned.ManagedBy},
+					"annotations": map[string]string{owned.OwnerAnnotation: ns + "/quiet"}}})
 			return
 		}
 		w.WriteHeader(http.StatusNotFound)
