@@ -188,11 +188,19 @@ func TestFaults(t *testing.T) {
 			fixed          func(before, now exportertest.Metrics) bool
 		}{
 			{"patch", "configmaps",
-				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 5, "watchcache_load_writes_total", "result", "error") },
-				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 20, "watchcache_load_writes_total", "result", "ok") }},
+				func(b, m exportertest.Metrics) bool {
+					return grew(t, b, m, 5, "watchcache_load_writes_total", "result", "error")
+				},
+				func(b, m exportertest.Metrics) bool {
+					return grew(t, b, m, 20, "watchcache_load_writes_total", "result", "ok")
+				}},
 			{"list", "configmaps",
-				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "error") },
-				func(b, m exportertest.Metrics) bool { return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "ok") }},
+				func(b, m exportertest.Metrics) bool {
+					return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "error")
+				},
+				func(b, m exportertest.Metrics) bool {
+					return grew(t, b, m, 2, "watchcache_reconnects_total", "from", "bookmark", "result", "ok")
+				}},
 			{"update", "leases",
 				func(_, m exportertest.Metrics) bool { return m.Value(t, "watchcache_exporter_leader") == 0 },
 				func(b, m exportertest.Metrics) bool {
