@@ -268,14 +268,20 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	}
 }
 
-// ready fails while the leader's measurement is not ready or an object was
-// lost. A standby is ready: it serves its metrics (leader 0), and a rollout
-// need not wait for the Lease.
+// ready fails while the holder's measurement is not ready or an object was
+// lost, and while the process campaigns without a holder in sight (at start,
+// or after losing the Lease to an unreachable apiserver). A standby is
+// ready: it serves its metrics (leader 0), and a rollout need not wait for
+// the Lease.
 func (p *parts) ready() error {
-	if !p.leader.Leading() {
+	switch {
+	case p.leader.Leading():
+		return errors.Join(p.fleet.Ready(), p.store.Ready())
+	case p.leader.Standby():
 		return nil
+	default:
+		return errors.New("not holding the Lease, and no other holder seen")
 	}
-	return errors.Join(p.fleet.Ready(), p.store.Ready())
 }
 
 // refuseNotOwned fails when quiet or a noise object exists without the

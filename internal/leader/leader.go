@@ -69,6 +69,7 @@ type Elector struct {
 	log    logr.Logger
 	leader prometheus.Gauge
 	lead   atomic.Bool
+	holder atomic.Value // string: the holder last seen in the Lease
 }
 
 // New validates cfg and registers watchcache_exporter_leader on reg.
@@ -92,6 +93,12 @@ func New(cfg Config, client coordinationv1client.LeasesGetter, reg prometheus.Re
 
 // Leading says whether lead runs now.
 func (e *Elector) Leading() bool { return e.lead.Load() }
+
+// Standby says whether another exporter holds the Lease, as last seen.
+func (e *Elector) Standby() bool {
+	h, _ := e.holder.Load().(string)
+	return !e.Leading() && h != "" && h != e.cfg.Identity
+}
 
 // Identity is the name this Elector holds the Lease under.
 func (e *Elector) Identity() string { return e.cfg.Identity }
@@ -194,6 +201,7 @@ func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.Lead
 			OnStartedLeading: onStarted,
 			OnStoppedLeading: func() {},
 			OnNewLeader: func(id string) {
+				e.holder.Store(id)
 				if id != e.cfg.Identity {
 					e.log.Info("standby: another exporter holds the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "holder", id)
 				}

@@ -68,6 +68,9 @@ func TestHandOverOnStop(t *testing.T) {
 		if a.leading.Load() != 1 || b.leading.Load() != 0 || a.gauge() != 1 || b.gauge() != 0 {
 			t.Fatalf("leading a=%d b=%d, gauges %v %v; want a alone", a.leading.Load(), b.leading.Load(), a.gauge(), b.gauge())
 		}
+		if a.e.Standby() || !b.e.Standby() {
+			t.Errorf("standby: a %v, b %v; want b only", a.e.Standby(), b.e.Standby())
+		}
 		a.stop()
 		if held, _ := a.held.Load().(bool); !held {
 			t.Error("a's lead ended on shutdown without the Lease held")
