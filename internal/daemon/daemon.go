@@ -139,7 +139,14 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
 	reg := prometheus.NewRegistry()
 	p.store = owned.NewStore(cfg.namespace, cfg.quietName, reg, log.WithName("owned"), time.Now)
-	if err := refuseNotOwned(startCtx, cfg, p.store, loadCore); err != nil {
+	// The check of up to 1001 names at start, unthrottled but 8 at a time.
+	checkCfg := rest.CopyConfig(restCfg)
+	checkCfg.QPS = -1
+	checkCore, err := corev1client.NewForConfig(checkCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseNotOwned(startCtx, cfg, p.store, checkCore); err != nil {
 		return nil, err
 	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity()},
@@ -285,8 +292,7 @@ func (p *parts) ready() error {
 }
 
 // refuseNotOwned fails when quiet or a noise object exists without the
-// exporter's marks: somebody else's object, which it must not write. It reads
-// the noise objects through the load client, whose rate limit is the higher.
+// exporter's marks: somebody else's object, which it must not write.
 func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c corev1client.CoreV1Interface) error {
 	var msgs []string
 	theirs, err := store.NotOwned(ctx, c, cfg.quietName)

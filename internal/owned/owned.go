@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,19 +111,32 @@ func (s *Store) newConfigMap(name, role string) *corev1.ConfigMap {
 }
 
 // NotOwned returns those of names that exist without this exporter's marks;
-// missing ones are fine (they will be created).
+// missing ones are fine (they will be created). It reads up to 8 at once, so
+// that a thousand names take a second at start, not the client's QPS.
 func (s *Store) NotOwned(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) ([]string, error) {
+	theirs := make([]bool, len(names))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, name := range names {
+		g.Go(func() error {
+			cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("get configmap %s/%s: %w", s.ns, name, err)
+			}
+			theirs[i] = !s.Owns(cm)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, name := range names {
-		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get configmap %s/%s: %w", s.ns, name, err)
-		}
-		if !s.Owns(cm) {
-			out = append(out, name)
+	for i, t := range theirs {
+		if t {
+			out = append(out, names[i])
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package owned
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -68,6 +69,24 @@ func TestNotOwned(t *testing.T) {
 	got, err := s.NotOwned(ctx, cs.CoreV1(), "mine", "other", "missing", "another")
 	if err != nil || !reflect.DeepEqual(got, []string{"other", "another"}) {
 		t.Errorf("NotOwned = %v, %v; want [other another]", got, err)
+	}
+	// Many names, read concurrently: the answer keeps their order.
+	var names, want []string
+	for i := range 200 {
+		name := fmt.Sprintf("n-%d", i)
+		names = append(names, name)
+		if i%70 == 3 {
+			want = append(want, name)
+			_, err = cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs(name), metav1.CreateOptions{})
+		} else if i%2 == 0 {
+			_, _, err = s.Ensure(ctx, cs.CoreV1(), name, RoleNoise)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.NotOwned(ctx, cs.CoreV1(), names...); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("NotOwned of 200 = %v, %v; want %v", got, err, want)
 	}
 }
 
