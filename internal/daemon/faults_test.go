@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/internal/exportertest"
@@ -138,15 +139,11 @@ func TestFaults(t *testing.T) {
 	t.Run("quiet marks removed", func(t *testing.T) {
 		f := begin(t)
 		taken := takeMarks(t, cms, "watchcache-quiet")
-		e.WaitFor(t, 30*time.Second, "quiet reported lost", func(m exportertest.Metrics) bool {
-			return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
-		})
+		waitLost(t, e, taken.Name)
 		f.detected()
 		wantLog(t, e, "ConfigMap lost the exporter's marks")
 		time.Sleep(5 * time.Second) // probes and touch attempts go on meanwhile
-		if got, err := cms.Get(ctx, taken.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != taken.ResourceVersion {
-			t.Errorf("their quiet was written: %v, RV %s -> %s", err, taken.ResourceVersion, got.ResourceVersion)
-		}
+		wantUnwritten(t, cms, taken)
 		giveMarksBack(t, cms, taken)
 		e.WaitFor(t, 30*time.Second, "quiet the exporter's again", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_objects_lost") == 0 && e.Ready()
@@ -158,15 +155,11 @@ func TestFaults(t *testing.T) {
 	t.Run("noise marks removed, then noise deleted", func(t *testing.T) {
 		f := begin(t)
 		taken := takeMarks(t, cms, "watchcache-noise-1")
-		e.WaitFor(t, 30*time.Second, "noise-1 reported lost", func(m exportertest.Metrics) bool {
-			return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
-		})
+		waitLost(t, e, taken.Name)
 		f.detected()
 		m0 := e.Scrape(t)
 		time.Sleep(5 * time.Second)
-		if got, err := cms.Get(ctx, taken.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != taken.ResourceVersion {
-			t.Errorf("their noise-1 was written: %v, RV %s -> %s", err, taken.ResourceVersion, got.ResourceVersion)
-		}
+		wantUnwritten(t, cms, taken)
 		if m1 := e.Scrape(t); m1.Value(t, "watchcache_load_writes_total", "result", "ok") <= m0.Value(t, "watchcache_load_writes_total", "result", "ok")+50 {
 			t.Error("the load stopped over the other noise objects")
 		}
@@ -309,7 +302,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("exit status %d", code)
 		}
 		pl, fs := apfObjects(t)
-		pl.Spec.Limited.NominalConcurrencyShares = ptr(int32(1))
+		pl.Spec.Limited.NominalConcurrencyShares = ptr.To(int32(1))
 		pl.Spec.Limited.LimitResponse = flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject}
 		fc := admin.FlowcontrolV1()
 		if _, err := fc.PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil {
@@ -491,8 +484,6 @@ func apfObjects(t *testing.T) (*flowcontrolv1.PriorityLevelConfiguration, *flowc
 	return pl, fs
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // grew says whether a sample grew by more than by between two scrapes.
 func grew(t *testing.T, before, now exportertest.Metrics, by float64, name string, labels ...string) bool {
 	t.Helper()
@@ -545,6 +536,26 @@ func takeMarks(t *testing.T, cms configMaps, name string) *corev1.ConfigMap {
 			t.Fatal(err)
 		}
 		return cm
+	}
+}
+
+// waitLost waits until the exporter reports name lost: the metric, and
+// readiness failing.
+func waitLost(t *testing.T, e *exportertest.Exporter, name string) {
+	t.Helper()
+	e.WaitFor(t, 30*time.Second, name+" reported lost", func(m exportertest.Metrics) bool {
+		return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
+	})
+}
+
+// wantUnwritten fails unless taken is still as its taker left it.
+func wantUnwritten(t *testing.T, cms configMaps, taken *corev1.ConfigMap) {
+	t.Helper()
+	got, err := cms.Get(t.Context(), taken.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("their %s: %v", taken.Name, err)
+	} else if got.ResourceVersion != taken.ResourceVersion {
+		t.Errorf("their %s was written: RV %s -> %s", taken.Name, taken.ResourceVersion, got.ResourceVersion)
 	}
 }
 
