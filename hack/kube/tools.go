@@ -1,7 +1,13 @@
 //go:build tools
 
-// Package kube pins the kube-apiserver main package so that go mod tidy keeps
-// its dependencies.
+// Package kube pins the main packages of the control plane and node that the
+// tests run, so that go mod tidy keeps their dependencies.
 package kube
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)

@@ -31,7 +31,7 @@ type pki struct {
 // endpoint by IP.
 var serverNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
-func writePKI(dir, adminToken string) (*pki, error) {
+func writePKI(dir, adminToken string, addr net.IP) (*pki, error) {
 	p := &pki{
 		caFile:     filepath.Join(dir, "ca.crt"),
 		certFile:   filepath.Join(dir, "apiserver.crt"),
@@ -75,7 +75,8 @@ func writePKI(dir, adminToken string) (*pki, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     serverNames,
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		// In-cluster clients dial the kubernetes Service's IP.
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), addr, net.ParseIP("10.0.0.1")},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

@@ -32,6 +32,10 @@ import (
 // kube-apiserver and etcd. Without it the repository's bin/ is used.
 const BinDirEnv = "WATCHCACHE_KUBE_BIN"
 
+// ServiceCIDR is the Service IP range; its first address is the kubernetes
+// Service's, which the serving certificate is valid for.
+const ServiceCIDR = "10.0.0.0/24"
+
 // BuildHint says how to get the binaries; it ends every "missing" message.
 const BuildHint = "build them with `make kube-bin` (hack/kube/build.sh, about 8 minutes the first time) or point " + BinDirEnv + " at a folder that holds them"
 
@@ -47,6 +51,11 @@ type Options struct {
 	APIServerFlags []string
 	// Port of the first apiserver; default: a free one.
 	Port int
+	// Address the apiservers bind to and advertise; default 127.0.0.1. Any
+	// other address (one of a network namespace the test made) is published
+	// in the kubernetes EndpointSlice by the lease endpoint reconciler, so
+	// that pods reach the apiserver through the Service.
+	Address string
 }
 
 // Cluster is one etcd and one or more kube-apiservers that share it.
@@ -54,8 +63,9 @@ type Cluster struct {
 	dir        string
 	bin        string
 	adminToken string
+	addr       string
 	pki        *pki
-	etcd       *process
+	etcd       *Process
 	etcdURL    string
 
 	mu         sync.Mutex
@@ -70,7 +80,7 @@ type APIServer struct {
 	flags []string
 
 	mu   sync.Mutex
-	proc *process
+	proc *Process
 }
 
 // FindBinDir returns $WATCHCACHE_KUBE_BIN, or the bin/ folder of the
@@ -134,13 +144,20 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if _, err := rand.Read(token); err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token)}
+	addr := opts.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	if net.ParseIP(addr) == nil {
+		return nil, fmt.Errorf("address %q is not an IP address", addr)
+	}
+	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token), addr: addr}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
 		}
 	}()
-	if c.pki, err = writePKI(dir, c.adminToken); err != nil {
+	if c.pki, err = writePKI(dir, c.adminToken, net.ParseIP(addr)); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	if err := c.startEtcd(ctx); err != nil {
@@ -186,10 +203,15 @@ func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []strin
 	a := &APIServer{c: c, index: len(c.apiservers), port: port}
 	c.apiservers = append(c.apiservers, a)
 	c.mu.Unlock()
+	// Loopback cannot be advertised through the endpoint reconciler.
+	reconciler := "none"
+	if !net.ParseIP(c.addr).IsLoopback() {
+		reconciler = "lease"
+	}
 	a.flags = append([]string{
 		"--etcd-servers=" + c.etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + c.addr,
+		"--advertise-address=" + c.addr,
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.dir, fmt.Sprintf("apiserver-%d", a.index)),
 		"--tls-cert-file=" + c.pki.certFile,
@@ -199,9 +221,8 @@ func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []strin
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + c.pki.saKeyFile,
 		"--service-account-signing-key-file=" + c.pki.saKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		// Loopback cannot be advertised through the endpoints reconciler.
-		"--endpoint-reconciler-type=none",
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--endpoint-reconciler-type=" + reconciler,
 		"--allow-privileged=true",
 	}, extraFlags...)
 	return a, a.Start(ctx)
@@ -218,10 +239,10 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	}
 	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	c.etcd = &process{
-		name: "etcd",
-		path: filepath.Join(c.bin, "etcd"),
-		args: []string{
+	c.etcd = &Process{
+		Name: "etcd",
+		Path: filepath.Join(c.bin, "etcd"),
+		Args: []string{
 			"--name=default",
 			"--data-dir=" + filepath.Join(c.dir, "etcd"),
 			"--listen-client-urls=" + c.etcdURL,
@@ -232,9 +253,9 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 			// Test data: durability is not worth an fsync per write.
 			"--unsafe-no-fsync",
 		},
-		logPath: filepath.Join(c.dir, "etcd.log"),
+		LogPath: filepath.Join(c.dir, "etcd.log"),
 	}
-	if err := c.etcd.start(); err != nil {
+	if err := c.etcd.Start(); err != nil {
 		return err
 	}
 	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
@@ -247,7 +268,7 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, a.Stop())
 	}
 	if c.etcd != nil {
-		errs = append(errs, c.etcd.stop(10*time.Second))
+		errs = append(errs, c.etcd.Stop(10*time.Second))
 	}
 	return errors.Join(errs...)
 }
@@ -255,11 +276,11 @@ func (c *Cluster) Stop() error {
 // RestartEtcd stops etcd and starts it again on the same data and port; the
 // apiservers keep running, and reconnect.
 func (c *Cluster) RestartEtcd(ctx context.Context) error {
-	if err := c.etcd.stop(10 * time.Second); err != nil {
+	if err := c.etcd.Stop(10 * time.Second); err != nil {
 		return err
 	}
-	c.etcd = &process{name: c.etcd.name, path: c.etcd.path, args: c.etcd.args, logPath: c.etcd.logPath}
-	if err := c.etcd.start(); err != nil {
+	c.etcd = &Process{Name: c.etcd.Name, Path: c.etcd.Path, Args: c.etcd.Args, LogPath: c.etcd.LogPath}
+	if err := c.etcd.Start(); err != nil {
 		return err
 	}
 	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
@@ -272,7 +293,12 @@ func (c *Cluster) EtcdPID() int { return c.etcd.cmd.Process.Pid }
 func (c *Cluster) RemoveDir() error { return os.RemoveAll(c.dir) }
 
 // URL is the apiserver's https address.
-func (a *APIServer) URL() string { return fmt.Sprintf("https://127.0.0.1:%d", a.port) }
+func (a *APIServer) URL() string {
+	return "https://" + net.JoinHostPort(a.c.addr, strconv.Itoa(a.port))
+}
+
+// CAFile is the CA that signed the apiservers' serving certificate.
+func (c *Cluster) CAFile() string { return c.pki.caFile }
 
 // Name is apiserver-N, the name of its log file without ".log".
 func (a *APIServer) Name() string { return fmt.Sprintf("apiserver-%d", a.index) }
@@ -293,16 +319,16 @@ func (a *APIServer) AdminConfig() *rest.Config {
 func (a *APIServer) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.proc != nil && a.proc.running() {
+	if a.proc != nil && a.proc.Running() {
 		return fmt.Errorf("%s is already running", a.Name())
 	}
-	a.proc = &process{
-		name:    a.Name(),
-		path:    filepath.Join(a.c.bin, "kube-apiserver"),
-		args:    a.flags,
-		logPath: a.LogPath(),
+	a.proc = &Process{
+		Name:    a.Name(),
+		Path:    filepath.Join(a.c.bin, "kube-apiserver"),
+		Args:    a.flags,
+		LogPath: a.LogPath(),
 	}
-	if err := a.proc.start(); err != nil {
+	if err := a.proc.Start(); err != nil {
 		return err
 	}
 	hc, err := rest.HTTPClientFor(a.AdminConfig())
@@ -326,7 +352,7 @@ func (a *APIServer) Stop() error {
 	if a.proc == nil {
 		return nil
 	}
-	return a.proc.stop(15 * time.Second)
+	return a.proc.Stop(15 * time.Second)
 }
 
 // Restart stops and starts the apiserver. Its watch cache is rebuilt from a
@@ -375,15 +401,15 @@ func WriteKubeconfig(path string, cfg *rest.Config) error {
 }
 
 // waitReady polls url until it answers 200, the process exits, or timeout.
-func waitReady(ctx context.Context, p *process, hc *http.Client, url, token string, timeout time.Duration) error {
+func waitReady(ctx context.Context, p *Process, hc *http.Client, url, token string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var last string
 	for {
-		if done, err := p.exited(); done {
-			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.name, err, p.logPath)
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.Name, err, p.LogPath)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if token != "" {
@@ -402,7 +428,7 @@ func waitReady(ctx context.Context, p *process, hc *http.Client, url, token stri
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s (last answer: %s); see %s", p.name, timeout, last, p.logPath)
+			return fmt.Errorf("%s not ready after %s (last answer: %s); see %s", p.Name, timeout, last, p.LogPath)
 		case <-tick.C:
 		}
 	}

@@ -9,12 +9,14 @@ import (
 	"time"
 )
 
-// process is one control-plane binary run as a child of this process.
-type process struct {
-	name    string
-	path    string
-	args    []string
-	logPath string
+// Process is one binary of the control plane or node, run as a child of this
+// process with its output appended to LogPath.
+type Process struct {
+	Name    string
+	Path    string
+	Args    []string
+	Env     []string // added to this process's environment
+	LogPath string
 
 	cmd  *exec.Cmd
 	log  *os.File
@@ -22,14 +24,18 @@ type process struct {
 	err  error         // exit status, valid after done
 }
 
-func (p *process) start() error {
-	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// Start starts the process; it does not wait for it to be ready.
+func (p *Process) Start() error {
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "=== %s %s: %s %q\n", time.Now().Format(time.RFC3339Nano), p.name, p.path, p.args)
-	cmd := exec.Command(p.path, p.args...)
+	fmt.Fprintf(log, "=== %s %s: %s %q\n", time.Now().Format(time.RFC3339Nano), p.Name, p.Path, p.Args)
+	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The kernel kills the child when this process dies, whatever the
 		// cause (test timeout panic, os.Exit, SIGKILL), so nothing outlives
@@ -41,7 +47,7 @@ func (p *process) start() error {
 	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return fmt.Errorf("start %s: %w", p.name, err)
+		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	p.cmd, p.log, p.done, p.err = cmd, log, make(chan struct{}), nil
 	go func(done chan struct{}) {
@@ -52,7 +58,8 @@ func (p *process) start() error {
 	return nil
 }
 
-func (p *process) running() bool {
+// Running reports whether the process was started and has not exited.
+func (p *Process) Running() bool {
 	if p.done == nil {
 		return false
 	}
@@ -64,8 +71,8 @@ func (p *process) running() bool {
 	}
 }
 
-// stop sends SIGTERM, and SIGKILL if the process has not exited after grace.
-func (p *process) stop(grace time.Duration) error {
+// Stop sends SIGTERM, and SIGKILL if the process has not exited after grace.
+func (p *Process) Stop(grace time.Duration) error {
 	if p.done == nil {
 		return nil
 	}
@@ -81,14 +88,14 @@ func (p *process) stop(grace time.Duration) error {
 	case <-time.After(grace):
 	}
 	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("kill %s: %w", p.name, err)
+		return fmt.Errorf("kill %s: %w", p.Name, err)
 	}
 	<-p.done
 	return nil
 }
 
-// exited reports the exit status when the process has ended.
-func (p *process) exited() (bool, error) {
+// Exited reports the exit status when the process has ended.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.err

@@ -31,7 +31,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err := CheckBinaries(opts.BinDir); err != nil {
 		Missing(t, err.Error())
 	}
-	unlock := lockMachine(t)
+	unlock := LockMachine(t)
 	t.Cleanup(unlock)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -63,9 +63,10 @@ func Missing(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
-// lockMachine takes an exclusive lock shared by every test binary on this
-// machine. The kernel drops it when the process dies.
-func lockMachine(t testing.TB) func() {
+// LockMachine takes an exclusive lock shared by every test binary on this
+// machine, so that timings measured on one control plane are not skewed by
+// another's load. The kernel drops it when the process dies.
+func LockMachine(t testing.TB) func() {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(os.TempDir(), "watchcache-exporter-testcluster.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {

@@ -1,0 +1,13 @@
+// Module image builds the exporter's container image without an engine. It
+// is separate so that go-containerregistry stays out of the main module.
+module github.com/watchcache/watchcache-exporter/hack/image
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+)

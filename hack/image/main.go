@@ -1,0 +1,157 @@
+// Command image builds an OCI image from one static binary, without a
+// container engine: one layer that holds the binary, and a config with the
+// user, entrypoint, ports and labels given. It writes a docker-save style
+// archive that `ctr images import`, `kind load image-archive`, `podman load`
+// and `docker load` all accept.
+//
+//	image -binary bin/watchcache-exporter -path /watchcache-exporter \
+//	  -tag ghcr.io/watchcache/watchcache-exporter:dev -user 65532:65532 \
+//	  -port 9890/tcp -label org.opencontainers.image.title=... -o out.tar
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(s string) error { *l = append(*l, s); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("image", flag.ContinueOnError)
+	binary := fs.String("binary", "", "static binary to put in the image")
+	path := fs.String("path", "", "its path in the image, also the entrypoint")
+	tag := fs.String("tag", "", "image reference written into the archive")
+	user := fs.String("user", "65532:65532", "uid:gid the entrypoint runs as")
+	out := fs.String("o", "", "archive to write")
+	var ports, labels list
+	fs.Var(&ports, "port", "exposed port, e.g. 9890/tcp (repeatable)")
+	fs.Var(&labels, "label", "key=value (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for f, v := range map[string]string{"-binary": *binary, "-path": *path, "-tag": *tag, "-o": *out} {
+		if v == "" {
+			return fmt.Errorf("%s is required", f)
+		}
+	}
+	if !strings.HasPrefix(*path, "/") {
+		return fmt.Errorf("-path %q: must be absolute", *path)
+	}
+	ref, err := name.NewTag(*tag)
+	if err != nil {
+		return fmt.Errorf("-tag: %w", err)
+	}
+	bin, err := os.ReadFile(*binary)
+	if err != nil {
+		return err
+	}
+	if err := checkStatic(*binary); err != nil {
+		return err
+	}
+	cfg := v1.Config{
+		User:         *user,
+		Entrypoint:   []string{*path},
+		ExposedPorts: map[string]struct{}{},
+		Labels:       map[string]string{},
+		Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	}
+	for _, p := range ports {
+		if !strings.Contains(p, "/") {
+			p += "/tcp"
+		}
+		cfg.ExposedPorts[p] = struct{}{}
+	}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-label %q: want key=value", l)
+		}
+		cfg.Labels[k] = v
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar(*path, bin))), nil
+	})
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	if err != nil {
+		return err
+	}
+	img = mutate.MediaType(img, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config = cfg
+	// A fixed time keeps the image ID the same for the same binary.
+	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+	tmp := *out + ".tmp"
+	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, *out)
+}
+
+// layerTar holds the binary and the folders above it, owned by root, with a
+// fixed time so that the layer digest depends on the binary alone.
+func layerTar(path string, bin []byte) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Unix(0, 0)
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.Join(parts[:i], "/") + "/", Mode: 0o755, ModTime: mtime})
+	}
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.Join(parts, "/"), Mode: 0o755, Size: int64(len(bin)), ModTime: mtime})
+	tw.Write(bin)
+	tw.Close()
+	return buf.Bytes()
+}
+
+// checkStatic refuses a dynamically linked binary: the image has no libc.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: not an ELF binary: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New(path + " is dynamically linked; build it with CGO_ENABLED=0")
+		}
+	}
+	return nil
+}
