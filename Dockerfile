@@ -15,6 +15,15 @@ RUN CGO_ENABLED=0 go build -trimpath \
     -o /out/watchcache-exporter ./cmd/watchcache-exporter
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=unknown
+ARG REVISION=unknown
+# `make image` builds the same image without an engine (hack/image); a test
+# keeps its user, entrypoint, port and labels in step with these.
+LABEL org.opencontainers.image.title="watchcache-exporter" \
+      org.opencontainers.image.description="How long the kube-apiserver's watch cache keeps its history, for Prometheus" \
+      org.opencontainers.image.source="https://github.com/watchcache/watchcache-exporter" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /out/watchcache-exporter /watchcache-exporter
 USER 65532:65532
 EXPOSE 9890

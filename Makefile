@@ -10,16 +10,45 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build kube-bin prometheus chromium generate bench demo test vet fmt-check kind-e2e clean
+.PHONY: all build image kube-bin node-bin prometheus chromium generate bench demo test e2e vet fmt-check kind-e2e clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/watchcache-exporter ./cmd/watchcache-exporter
 
+# The image, without a container engine: an archive for `ctr images import`,
+# `kind load image-archive`, `podman load` or `docker load`. The labels,
+# user, entrypoint and port are the Dockerfile's (a test compares them). Also
+# the local node's sandbox (pause) image.
+IMAGE     ?= ghcr.io/watchcache/watchcache-exporter
+IMAGE_TAG ?= $(VERSION)
+image: build
+	$(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./hack/pause
+	cd hack/image && $(GO) run . -o ../../bin/watchcache-exporter-image.tar -tag $(IMAGE):$(IMAGE_TAG) \
+		-binary ../../bin/watchcache-exporter -path /watchcache-exporter -user 65532:65532 -port 9890/tcp \
+		-label org.opencontainers.image.title=watchcache-exporter \
+		-label "org.opencontainers.image.description=How long the kube-apiserver's watch cache keeps its history, for Prometheus" \
+		-label org.opencontainers.image.source=https://github.com/watchcache/watchcache-exporter \
+		-label org.opencontainers.image.version=$(VERSION) -label org.opencontainers.image.revision=$(REVISION)
+	cd hack/image && $(GO) run . -o ../../bin/pause-image.tar -tag localhost/watchcache-exporter/pause:1 \
+		-binary ../../bin/pause -path /pause -user 65535:65535
+	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
+
 # The pinned kube-apiserver and etcd, built once per machine into bin/.
 kube-bin:
 	./hack/kube/build.sh
+
+# What the local node (internal/testnode) runs besides: the kubelet,
+# kube-controller-manager, kube-scheduler, kube-proxy, containerd, runc, the
+# CNI plugins, and Debian's iptables and iproute2.
+node-bin:
+	./hack/debian-package.sh iptables iptables
+	./hack/debian-package.sh ip iproute2
+	./hack/debian-package.sh pkg-config pkg-config
+	./hack/debian-package.sh /usr/include/seccomp.h libseccomp-dev
+	./hack/kube/build.sh --node
+	./hack/node/build.sh
 
 # Prometheus and promtool from Debian's prometheus package.
 prometheus:
@@ -44,11 +73,17 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags kind ./test/kind/
+	cd hack/image && $(GO) vet ./...
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
 # into a failure instead of a skip.
-test: kube-bin prometheus chromium fmt-check vet
+test: kube-bin node-bin image prometheus chromium fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 30m ./...
+
+# deploy/ on the local node from pinned modules, without Docker, scraped by
+# Prometheus through Kubernetes service discovery; also part of make test.
+e2e: kube-bin node-bin image prometheus
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/e2e/
 
 # Needs a Docker engine: builds the image, creates a kind cluster, applies
 # deploy/, checks a first BOOKMARK through a port-forward, deletes the cluster.

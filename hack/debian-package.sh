@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Usage: hack/debian-package.sh COMMAND PACKAGE
-# Installs Debian's PACKAGE with apt unless COMMAND is already on the PATH.
-# The tests need prometheus (and its promtool) and chromium.
+# Installs Debian's PACKAGE with apt unless COMMAND is already on the PATH
+# (or, when COMMAND is an absolute path, unless that file exists). The tests
+# need prometheus (and its promtool) and chromium; the local node needs
+# iptables, iproute2, and libseccomp-dev with pkg-config to build runc.
 set -euo pipefail
 cmd=$1 pkg=$2
-if command -v "$cmd" >/dev/null; then
-	echo "$cmd is present: $("$cmd" --version 2>/dev/null | head -1)"
+present() { case $cmd in /*) [ -e "$cmd" ] ;; *) command -v "$cmd" >/dev/null ;; esac; }
+if present; then
+	case $cmd in
+	/*) echo "$cmd is present" ;;
+	*) echo "$cmd is present: $("$cmd" --version 2>/dev/null | head -1)" ;;
+	esac
 	exit 0
 fi
 sudo=""
@@ -20,4 +26,4 @@ fi
 if command -v systemctl >/dev/null && systemctl is-active --quiet "$pkg" 2>/dev/null; then
 	$sudo systemctl disable --now "$pkg" || true
 fi
-command -v "$cmd" >/dev/null
+present

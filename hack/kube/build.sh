@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds the pinned kube-apiserver and etcd into ../../bin (or $1).
-# Does nothing when binaries of the right versions are already there.
+# Builds the pinned kube-apiserver and etcd into ../../bin (or $1), and with
+# --node also kube-controller-manager, kube-scheduler, kubelet and kube-proxy
+# for the local node (internal/testnode). Does nothing for binaries of the
+# right version that are already there.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+node=false
+if [ "${1:-}" = --node ]; then node=true; shift; fi
 bin=${1:-$here/../../bin}
 mkdir -p "$bin"
 bin=$(cd "$bin" && pwd)
@@ -13,9 +17,17 @@ etcd_version=$(cd "$here" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server
 
 have() { [ -x "$bin/$1" ] && "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"; }
 
-if have kube-apiserver "Kubernetes $kube_version"; then
-	echo "bin/kube-apiserver $kube_version is present"
-else
+cmds=(kube-apiserver)
+$node && cmds+=(kube-controller-manager kube-scheduler kubelet kube-proxy)
+todo=()
+for c in "${cmds[@]}"; do
+	if have "$c" "Kubernetes $kube_version"; then
+		echo "bin/$c $kube_version is present"
+	else
+		todo+=("$c")
+	fi
+done
+if [ ${#todo[@]} -gt 0 ]; then
 	major=${kube_version#v}; major=${major%%.*}
 	minor=${kube_version#v*.}; minor=${minor%%.*}
 	x=""
@@ -23,9 +35,14 @@ else
 		x+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 		x+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
-	echo "building kube-apiserver $kube_version (about 8 minutes on 2 cores the first time)"
-	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-	have kube-apiserver "Kubernetes $kube_version" || { echo "bin/kube-apiserver does not report $kube_version" >&2; exit 1; }
+	pkgs=()
+	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	echo "building ${todo[*]} $kube_version (kube-apiserver alone takes about 8 minutes on 2 cores the first time; the node's four add about 3)"
+	# One go build: the commands share most packages.
+	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")
+	for c in "${todo[@]}"; do
+		have "$c" "Kubernetes $kube_version" || { echo "bin/$c does not report $kube_version" >&2; exit 1; }
+	done
 fi
 
 if have etcd "etcd Version: ${etcd_version#v}"; then
