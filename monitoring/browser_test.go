@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/watchcache/watchcache-exporter/internal/promtest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
@@ -92,7 +93,7 @@ func mustAbs(t *testing.T, p string) string {
 
 // plotPanels draws the main panels from Prometheus' data of the run into
 // docs/panels.png: the window (measured and predicted) and the write rate.
-func plotPanels(t *testing.T, prom prometheusServer, from, to time.Time) {
+func plotPanels(t *testing.T, prom promtest.Server, from, to time.Time) {
 	t.Helper()
 	series := func(q string) map[string]plotter.XYs {
 		var data struct {
@@ -101,7 +102,7 @@ func plotPanels(t *testing.T, prom prometheusServer, from, to time.Time) {
 				Values [][2]any          `json:"values"`
 			} `json:"result"`
 		}
-		raw := prom.get(t, "/api/v1/query_range", url.Values{"query": {q}, "start": {strconv.FormatInt(from.Unix(), 10)},
+		raw := prom.Get(t, "/api/v1/query_range", url.Values{"query": {q}, "start": {strconv.FormatInt(from.Unix(), 10)},
 			"end": {strconv.FormatInt(to.Unix(), 10)}, "step": {"2"}})
 		if err := json.Unmarshal(raw, &data); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned kube-apiserver and etcd into ../../bin (or $1), and with
 # --node also kube-controller-manager, kube-scheduler, kubelet and kube-proxy
-# for the local node (internal/testnode). Does nothing for binaries of the
+# for the local node (internal/testnode), and the kubectl that applies
+# deploy/ to it (the same version, so no version skew). Does nothing for binaries of the
 # right version that are already there.
 set -euo pipefail
 
@@ -15,10 +16,16 @@ bin=$(cd "$bin" && pwd)
 kube_version=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(cd "$here" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 
-have() { [ -x "$bin/$1" ] && "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"; }
+have() {
+	[ -x "$bin/$1" ] || return 1
+	case $1 in
+	kubectl) "$bin/kubectl" version --client 2>/dev/null | grep -qF -- "Client Version: ${2#Kubernetes }" ;;
+	*) "$bin/$1" --version 2>/dev/null | grep -qF -- "$2" ;;
+	esac
+}
 
 cmds=(kube-apiserver)
-$node && cmds+=(kube-controller-manager kube-scheduler kubelet kube-proxy)
+$node && cmds+=(kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 todo=()
 for c in "${cmds[@]}"; do
 	if have "$c" "Kubernetes $kube_version"; then
@@ -37,7 +44,7 @@ if [ ${#todo[@]} -gt 0 ]; then
 	done
 	pkgs=()
 	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	echo "building ${todo[*]} $kube_version (kube-apiserver alone takes about 8 minutes on 2 cores the first time; the node's four add about 3)"
+	echo "building ${todo[*]} $kube_version (kube-apiserver alone takes about 8 minutes on 2 cores the first time; the node's five add about 3)"
 	# One go build: the commands share most packages.
 	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")
 	for c in "${todo[@]}"; do

@@ -51,7 +51,7 @@ const Hint = "build them with `make node-bin image` (hack/kube/build.sh and hack
 // Binaries are the node's programs in the bin folder, besides etcd and
 // kube-apiserver.
 var Binaries = []string{
-	"kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
+	"kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl",
 	"containerd", "containerd-shim-runc-v2", "ctr", "runc",
 	"cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap",
 	PauseArchive,
