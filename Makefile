@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build image kube-bin node-bin prometheus chromium generate bench demo test e2e vet fmt-check kind-e2e clean
+.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test e2e vet fmt-check kind-e2e clean
 
 all: build
 
@@ -50,6 +50,13 @@ node-bin:
 	./hack/kube/build.sh --node
 	./hack/node/build.sh
 
+# What the end-to-end run adds: a Prometheus built from its module with
+# Kubernetes service discovery (Debian's has none), and the ServiceMonitor
+# and PrometheusRule CRDs generated from the prometheus-operator API module.
+e2e-bin:
+	./hack/prometheus/build.sh
+	./hack/crds/generate.sh
+
 # Prometheus and promtool from Debian's prometheus package.
 prometheus:
 	./hack/debian-package.sh prometheus prometheus
@@ -77,12 +84,12 @@ vet:
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
 # into a failure instead of a skip.
-test: kube-bin node-bin image prometheus chromium fmt-check vet
+test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # deploy/ on the local node from pinned modules, without Docker, scraped by
 # Prometheus through Kubernetes service discovery; also part of make test.
-e2e: kube-bin node-bin image prometheus
+e2e: kube-bin node-bin e2e-bin image
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/e2e/
 
 # Needs a Docker engine: builds the image, creates a kind cluster, applies

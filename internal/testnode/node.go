@@ -153,7 +153,7 @@ func setupNamespaces() error {
 	}
 	for path, v := range map[string]string{
 		// Pods reach Services through this namespace's iptables rules.
-		"/proc/sys/net/ipv4/ip_forward":              "1",
+		"/proc/sys/net/ipv4/ip_forward":                "1",
 		"/proc/sys/net/bridge/bridge-nf-call-iptables": "1",
 	} {
 		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {

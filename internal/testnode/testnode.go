@@ -22,8 +22,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"os/signal"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -173,7 +175,7 @@ func runParent(t *testing.T, opts Options) {
 	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.v", "-test.count=1"}
 	if dl, ok := t.Deadline(); ok {
 		// The child ends first, so that the parent can still clean up.
-		args = append(args, "-test.timeout="+(time.Until(dl) - time.Minute).Round(time.Second).String())
+		args = append(args, "-test.timeout="+(time.Until(dl)-time.Minute).Round(time.Second).String())
 	}
 	if f := flag.Lookup("test.failfast"); f != nil && f.Value.String() == "true" {
 		args = append(args, "-test.failfast")
@@ -195,6 +197,24 @@ func runParent(t *testing.T, opts Options) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Interrupted, the child is killed (and with it the node) so that the
+	// cleanup below still runs before this process exits.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	stopped := make(chan struct{})
+	var interrupted atomic.Value
+	go func() {
+		select {
+		case s := <-sigs:
+			interrupted.Store(s.String())
+			_ = cmd.Process.Kill()
+		case <-stopped:
+		}
+	}()
+	defer func() {
+		signal.Stop(sigs)
+		close(stopped)
+	}()
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -210,6 +230,9 @@ func runParent(t *testing.T, opts Options) {
 	}
 	if after := hostState(t); after != before {
 		t.Errorf("the machine's own network namespace or mounts changed while the node ran:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if s := interrupted.Load(); s != nil {
+		t.Fatalf("interrupted (%s): the node was killed and its cgroups removed; its logs are kept in %s", s, dir)
 	}
 	if werr != nil {
 		t.Fatalf("the test on the node failed (%v); the node's logs are kept in %s", werr, dir)

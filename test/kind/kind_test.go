@@ -18,19 +18,20 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+
+	"github.com/watchcache/watchcache-exporter/test/e2e"
 )
 
 const (
 	clusterName = "watchcache-e2e"
 	image       = "ghcr.io/watchcache/watchcache-exporter:e2e"
-	ns          = "watchcache-exporter"
+	ns          = e2e.Namespace
 )
 
 func TestKind(t *testing.T) {
@@ -80,30 +81,29 @@ func TestKind(t *testing.T) {
 	if err := os.WriteFile(kcPath, []byte(kubeconfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The base with the e2e image.
-	overlay := t.TempDir()
-	rel, _ := filepath.Rel(overlay, filepath.Join(root, "deploy", "base"))
-	os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(
-		"resources: [%s]\nimages:\n  - name: ghcr.io/watchcache/watchcache-exporter\n    newTag: e2e\n", rel)), 0o644)
-	run(root, "kubectl", "--kubeconfig", kcPath, "apply", "-k", overlay)
-	run(root, "kubectl", "--kubeconfig", kcPath, "-n", ns, "rollout", "status", "deployment/watchcache-exporter", "--timeout=3m")
-
 	cfg, err := clientcmd.BuildConfigFromFlags("", kcPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=watchcache-exporter"})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("exporter pods: %v, %v", pods, err)
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal(err)
 	}
+	// The checks of the local-node run (test/e2e), but for Prometheus,
+	// which cannot reach kind's pods from the host: a port-forward reads
+	// the first BOOKMARK instead.
+	c := e2e.Cluster{Kubectl: kubectl, Kubeconfig: kcPath, Config: cfg, CS: kubernetes.NewForConfigOrDie(cfg)}
+	overlay := e2e.Overlay(t, "e2e", "apf", "discovery")
+	d := c.Apply(t, overlay)
+	t.Logf("pod %s Ready %s after kubectl apply", d.Pod.Name, d.Ready)
+	cs := c.CS
+	pod := d.Pod
 	tr, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pods.Items[0].Name).SubResource("portforward").URL()
+	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod.Name).SubResource("portforward").URL()
 	stop, ready := make(chan struct{}), make(chan struct{})
-	defer close(stop)
 	fw, err := portforward.New(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, url), []string{"0:9890"}, stop, ready, nil, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -117,16 +117,17 @@ func TestKind(t *testing.T) {
 	// A first BOOKMARK comes about 60 s after the bookmark watch opened.
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	for {
-		if n := firstBookmarks(t, ports[0].Local); n >= 1 {
-			return
-		}
+	for firstBookmarks(t, ports[0].Local) < 1 {
 		select {
 		case <-ctx.Done():
 			t.Fatal("no first BOOKMARK recorded within 3 minutes")
 		case <-time.After(5 * time.Second):
 		}
 	}
+	close(stop)
+	h := c.DeletePod(t, d.Pod)
+	t.Logf("pod deleted: %s leads %s later", h.New.Name, h.Leading)
+	c.Delete(t, overlay)
 }
 
 func firstBookmarks(t *testing.T, port uint16) float64 {
