@@ -168,6 +168,7 @@ func runParent(t *testing.T, opts Options) {
 	cfg.Dir = dir
 	before := hostState(t)
 	if err := createCgroups(cfg.CgroupRoot); err != nil {
+		_ = removeCgroups(cfg.CgroupRoot, time.Second)
 		t.Fatal(err)
 	}
 	env, _ := json.Marshal(cfg)
