@@ -46,7 +46,9 @@ if [ ${#todo[@]} -gt 0 ]; then
 	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 	echo "building ${todo[*]} $kube_version (kube-apiserver alone takes about 8 minutes on 2 cores the first time; the node's five add about 3)"
 	# One go build: the commands share most packages.
+	t0=$SECONDS
 	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")
+	echo "built ${todo[*]} in $((SECONDS - t0)) s"
 	for c in "${todo[@]}"; do
 		have "$c" "Kubernetes $kube_version" || { echo "bin/$c does not report $kube_version" >&2; exit 1; }
 	done
@@ -56,6 +58,8 @@ if have etcd "etcd Version: ${etcd_version#v}"; then
 	echo "bin/etcd $etcd_version is present"
 else
 	echo "building etcd $etcd_version"
+	t0=$SECONDS
 	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version" -o "$bin/etcd" ./etcd)
+	echo "built etcd in $((SECONDS - t0)) s"
 	have etcd "etcd Version: ${etcd_version#v}" || { echo "bin/etcd does not report $etcd_version" >&2; exit 1; }
 fi

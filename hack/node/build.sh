@@ -34,6 +34,7 @@ rm -f "$stamp"
 
 echo "building containerd $containerd, runc $runc, CNI plugins $plugins (about 2 minutes on 2 cores the first time)"
 cd "$here"
+t0=$SECONDS
 # No btrfs, devmapper or zfs snapshotters: the node uses overlayfs, and they
 # would need cgo headers.
 CGO_ENABLED=0 go build -trimpath -tags no_btrfs,no_devmapper,no_zfs \
@@ -41,13 +42,18 @@ CGO_ENABLED=0 go build -trimpath -tags no_btrfs,no_devmapper,no_zfs \
 	github.com/containerd/containerd/v2/cmd/containerd \
 	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 	github.com/containerd/containerd/v2/cmd/ctr
+echo "built containerd, containerd-shim-runc-v2 and ctr in $((SECONDS - t0)) s"
+t0=$SECONDS
 CGO_ENABLED=0 go build -trimpath \
 	-ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$plugins" -o "$bin/cni/" \
 	github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/ipam/host-local \
 	github.com/containernetworking/plugins/plugins/main/loopback \
 	github.com/containernetworking/plugins/plugins/meta/portmap
+echo "built the CNI plugins in $((SECONDS - t0)) s"
+t0=$SECONDS
 CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${runc#v}" -o "$bin/runc" github.com/opencontainers/runc
+echo "built runc in $((SECONDS - t0)) s"
 
 "$bin/containerd" --version | grep -qF "$containerd" || { echo "bin/containerd does not report $containerd" >&2; exit 1; }
 "$bin/runc" --version | grep -qF "runc version ${runc#v}" || { echo "bin/runc does not report $runc" >&2; exit 1; }

@@ -18,7 +18,9 @@ if [ -x "$bin/prometheus" ] && "$bin/prometheus" --version 2>/dev/null | grep -q
 	exit 0
 fi
 echo "building prometheus $version (about 3 minutes on 2 cores the first time)"
+t0=$SECONDS
 CGO_ENABLED=0 go build -trimpath -tags remove_all_sd,enable_kubernetes_sd \
 	-ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" \
 	-o "$bin/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+echo "built prometheus in $((SECONDS - t0)) s"
 "$bin/prometheus" --version | grep -qF "version $version " || { echo "bin/prometheus does not report $version" >&2; exit 1; }

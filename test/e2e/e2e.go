@@ -7,6 +7,7 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,6 +278,7 @@ type Handover struct {
 // stays Ready (it is not, with an object lost).
 func (c Cluster) DeletePod(t *testing.T, old *corev1.Pod) Handover {
 	t.Helper()
+	before := c.Objects(t)
 	start := time.Now()
 	if err := c.CS.CoreV1().Pods(Namespace).Delete(t.Context(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -295,8 +297,8 @@ func (c Cluster) DeletePod(t *testing.T, old *corev1.Pod) Handover {
 		time.Sleep(500 * time.Millisecond)
 	}
 	objs := c.Objects(t)
-	if _, ok := objs[Quiet]; !ok || len(objs) < 2 {
-		t.Fatalf("after the handover the exporter's objects are %v, want the quiet ConfigMap and the noise ones", objs)
+	if _, ok := objs[Quiet]; !ok || len(objs) < 2 || !slices.Equal(slices.Sorted(maps.Keys(objs)), slices.Sorted(maps.Keys(before))) {
+		t.Fatalf("after the handover the exporter's objects are %v, want the quiet ConfigMap and the noise ones, as before: %v", objs, before)
 	}
 	// Long enough for a late cleanup of the old pod to show, and for the
 	// new one's 30 s recheck of its objects.
