@@ -10,7 +10,7 @@ present() { case $cmd in /*) [ -e "$cmd" ] ;; *) command -v "$cmd" >/dev/null ;;
 if present; then
 	case $cmd in
 	/*) echo "$cmd is present" ;;
-	*) echo "$cmd is present: $("$cmd" --version 2>/dev/null | head -1)" ;;
+	*) echo "$cmd is present: $({ "$cmd" --version 2>/dev/null || "$cmd" -V 2>/dev/null; } | head -1)" ;;
 	esac
 	exit 0
 fi

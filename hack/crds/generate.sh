@@ -15,7 +15,10 @@ if [ "$(cat "$out/.version" 2>/dev/null)" = "$version" ]; then
 fi
 echo "generating the prometheus-operator $version CRDs"
 go build -o "$out/.controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
+# go list names the module's folder only once it is in the module cache.
+go mod download github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 api=$(go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring)
+[ -d "$api/v1" ] || { echo "no prometheus-operator API module at '$api'" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Descriptions off: the apiserver limits an annotation (kubectl apply's
