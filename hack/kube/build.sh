@@ -44,7 +44,7 @@ if [ ${#todo[@]} -gt 0 ]; then
 	done
 	pkgs=()
 	for c in "${todo[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-	echo "building ${todo[*]} $kube_version (kube-apiserver alone takes about 8 minutes on 2 cores the first time; the node's five add about 3)"
+	echo "building ${todo[*]} $kube_version (from empty Go caches on 2 cores: kube-apiserver about 5 minutes, the node's five about 2.5 more)"
 	# One go build: the commands share most packages.
 	t0=$SECONDS
 	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")

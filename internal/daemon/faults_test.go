@@ -447,7 +447,7 @@ func TestFaults(t *testing.T) {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 		// The control plane's processes started again by the faults.
-		goleak.IgnoreAnyFunction("github.com/watchcache/watchcache-exporter/internal/testcluster.(*process).start.func1"))
+		goleak.IgnoreAnyFunction("github.com/watchcache/watchcache-exporter/internal/testcluster.(*Process).Start.func1"))
 }
 
 func readYAML[T any](t *testing.T, path string) *T {
