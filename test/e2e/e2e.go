@@ -77,8 +77,8 @@ func Root(t *testing.T) string {
 	}
 }
 
-// ImageTag reads the name:tag an image archive of `make image` carries.
-func ImageTag(t *testing.T, archive string) (name, tag string) {
+// ImageTag reads the tag of the image an archive of `make image` carries.
+func ImageTag(t *testing.T, archive string) string {
 	t.Helper()
 	f, err := os.Open(archive)
 	if err != nil {
@@ -98,8 +98,8 @@ func ImageTag(t *testing.T, archive string) (name, tag string) {
 		if err := json.NewDecoder(tr).Decode(&m); err != nil || len(m) != 1 || len(m[0].RepoTags) != 1 {
 			t.Fatalf("%s: manifest.json %v: %v", archive, m, err)
 		}
-		i := strings.LastIndex(m[0].RepoTags[0], ":")
-		return m[0].RepoTags[0][:i], m[0].RepoTags[0][i+1:]
+		ref := m[0].RepoTags[0]
+		return ref[strings.LastIndex(ref, ":")+1:]
 	}
 }
 

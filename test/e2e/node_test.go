@@ -47,8 +47,7 @@ func TestLocalNode(t *testing.T) {
 		c.Run(t, "apply", "-f", crds)
 		c.Run(t, "wait", "--for=condition=Established", "--timeout=1m",
 			"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
-		_, tag := e2e.ImageTag(t, archive)
-		overlay := e2e.Overlay(t, tag, "prometheus-operator", "apf", "discovery")
+		overlay := e2e.Overlay(t, e2e.ImageTag(t, archive), "prometheus-operator", "apf", "discovery")
 		prom := promtest.StartBinary(t, promBin, prometheusConfig(t, root, n.Kubeconfig))
 
 		d := c.Apply(t, overlay)
