@@ -59,16 +59,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	// The first BOOKMARK comes ~60 s after the (re)opened bookmark watch.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if v := prom.Query(t, `max(watchcache_first_bookmark_last_seconds) > 0 and max(watchcache_expiry_last_seconds) > 0`); len(v) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no BOOKMARK and expiry cycle in Prometheus within 3 minutes")
-		}
-		time.Sleep(2 * time.Second)
-	}
+	prom.WaitFor(t, `max(watchcache_first_bookmark_last_seconds) > 0 and max(watchcache_expiry_last_seconds) > 0`, 3*time.Minute)
 	time.Sleep(5 * time.Second) // a few more scrapes for rate()
 
 	for i, q := range DashboardQueries() {

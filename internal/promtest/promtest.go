@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -43,12 +44,11 @@ func StartBinary(t *testing.T, bin, cfg string) Server {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -154,4 +154,20 @@ func (p Server) LabelValues(t *testing.T, label, selector string) []string {
 		t.Fatal(err)
 	}
 	return vals
+}
+
+// WaitFor polls q every 2 s until it returns a series, and returns the first;
+// it fails t after timeout.
+func (p Server) WaitFor(t *testing.T, q string, timeout time.Duration) Sample {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if res := p.Query(t, q); len(res) > 0 {
+			return res[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no series after %s: %s", timeout, q)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }

@@ -76,7 +76,7 @@ func writePKI(dir, adminToken string, addr net.IP) (*pki, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     serverNames,
 		// In-cluster clients dial the kubernetes Service's IP.
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), addr, net.ParseIP("10.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), addr, kubernetesServiceIP()},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

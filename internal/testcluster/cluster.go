@@ -36,6 +36,13 @@ const BinDirEnv = "WATCHCACHE_KUBE_BIN"
 // Service's, which the serving certificate is valid for.
 const ServiceCIDR = "10.0.0.0/24"
 
+// kubernetesServiceIP is ServiceCIDR's first address.
+func kubernetesServiceIP() net.IP {
+	_, n, _ := net.ParseCIDR(ServiceCIDR)
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1)
+}
+
 // BuildHint says how to get the binaries; it ends every "missing" message.
 const BuildHint = "build them with `make kube-bin` (hack/kube/build.sh, about 8 minutes the first time) or point " + BinDirEnv + " at a folder that holds them"
 
@@ -89,17 +96,27 @@ func FindBinDir() (string, error) {
 	if d := os.Getenv(BinDirEnv); d != "" {
 		return d, nil
 	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w; set %s", err, BinDirEnv)
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// RepoRoot is the top folder of the repository that holds the working
+// directory: the first one above it with hack/kube/build.sh.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "hack", "kube", "build.sh")); err == nil {
-			return filepath.Join(dir, "bin"), nil
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no repository with hack/kube/build.sh above the working directory; set %s", BinDirEnv)
+			return "", errors.New("no repository with hack/kube/build.sh above the working directory")
 		}
 		dir = parent
 	}
@@ -195,7 +212,7 @@ func (c *Cluster) AddAPIServer(ctx context.Context, extraFlags ...string) (*APIS
 func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []string) (*APIServer, error) {
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -229,11 +246,11 @@ func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []strin
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	clientPort, err := freePort()
+	clientPort, err := FreePort()
 	if err != nil {
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -258,7 +275,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	if err := c.etcd.Start(); err != nil {
 		return err
 	}
-	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
+	return WaitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
 }
 
 // Stop stops every apiserver, then etcd. The folder stays; RemoveDir removes it.
@@ -283,7 +300,7 @@ func (c *Cluster) RestartEtcd(ctx context.Context) error {
 	if err := c.etcd.Start(); err != nil {
 		return err
 	}
-	return waitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
+	return WaitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
 }
 
 // EtcdPID is etcd's process ID, for measuring its CPU.
@@ -335,7 +352,7 @@ func (a *APIServer) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitReady(ctx, a.proc, hc, a.URL()+"/readyz", a.c.adminToken, 90*time.Second)
+	return WaitReady(ctx, a.proc, hc, a.URL()+"/readyz", a.c.adminToken, 90*time.Second)
 }
 
 // PID is the running apiserver's process ID, for measuring its CPU.
@@ -400,8 +417,9 @@ func WriteKubeconfig(path string, cfg *rest.Config) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// waitReady polls url until it answers 200, the process exits, or timeout.
-func waitReady(ctx context.Context, p *Process, hc *http.Client, url, token string, timeout time.Duration) error {
+// WaitReady polls url (with token as a bearer token, if given) until it
+// answers 200, p exits, or timeout passes.
+func WaitReady(ctx context.Context, p *Process, hc *http.Client, url, token string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -434,7 +452,8 @@ func waitReady(ctx context.Context, p *Process, hc *http.Client, url, token stri
 	}
 }
 
-func freePort() (int, error) {
+// FreePort is a free port on loopback.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

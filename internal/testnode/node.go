@@ -110,12 +110,12 @@ func start(t *testing.T, cfg childConfig, opts Options) *Node {
 		"--hostname-override="+NodeName,
 		"--node-ip="+NodeIP,
 	)
-	n.run(t, "kube-proxy", "--config="+filepath.Join(n.Dir, "kube-proxy.yaml"))
+	proxy := n.run(t, "kube-proxy", "--config="+filepath.Join(n.Dir, "kube-proxy.yaml"))
 	if err := n.waitReady(ctx); err != nil {
 		t.Fatalf("%v; %s", err, n.Logs())
 	}
 	n.Ready = time.Since(kubeletStart)
-	if err := waitHTTP(ctx, "http://127.0.0.1:10256/healthz", n.procs[len(n.procs)-1]); err != nil {
+	if err := testcluster.WaitReady(ctx, proxy, http.DefaultClient, "http://127.0.0.1:10256/healthz", "", time.Minute); err != nil {
 		t.Fatalf("kube-proxy: %v; %s", err, n.Logs())
 	}
 	t.Logf("node %s Ready %s after the kubelet started", NodeName, n.Ready.Round(10*time.Millisecond))
@@ -294,13 +294,14 @@ func (n *Node) process(name string, args ...string) *testcluster.Process {
 	return &testcluster.Process{Name: name, Path: filepath.Join(n.bin, name), Args: args, LogPath: filepath.Join(n.Dir, name+".log")}
 }
 
-func (n *Node) run(t *testing.T, name string, args ...string) {
+func (n *Node) run(t *testing.T, name string, args ...string) *testcluster.Process {
 	t.Helper()
 	p := n.process(name, args...)
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	n.procs = append(n.procs, p)
+	return p
 }
 
 // waitReady waits for the Node to register and report Ready.
@@ -329,26 +330,6 @@ func (n *Node) waitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("node %s not Ready (%s)", NodeName, last)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func waitHTTP(ctx context.Context, url string, p *testcluster.Process) error {
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if done, err := p.Exited(); done {
-			return fmt.Errorf("%s exited: %v", p.Name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: no answer at %s: %v", p.Name, url, err)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -245,6 +245,10 @@ func runParent(t *testing.T, opts Options) {
 	_ = os.RemoveAll(dir)
 }
 
+// packetCounts are iptables-save's [packets:bytes], which change by
+// themselves.
+var packetCounts = regexp.MustCompile(`\[\d+:\d+\]`)
+
 // hostState is what the node must not change in the machine's namespaces:
 // the interfaces with their addresses, the routes, the iptables rules, and
 // the mounts.
@@ -257,11 +261,11 @@ func hostState(t *testing.T) string {
 			t.Fatalf("%v: %v", args, err)
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			// iptables-save stamps its output and counts packets.
+			// iptables-save stamps its output.
 			if strings.HasPrefix(line, "#") {
 				continue
 			}
-			b.WriteString(regexp.MustCompile(`\[\d+:\d+\]`).ReplaceAllString(line, "") + "\n")
+			b.WriteString(packetCounts.ReplaceAllString(line, "") + "\n")
 		}
 	}
 	mounts, err := os.ReadFile("/proc/self/mounts")

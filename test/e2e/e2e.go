@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
 
 // The names deploy/ gives.
@@ -61,20 +63,11 @@ func (c Cluster) Run(t *testing.T, args ...string) string {
 // Root is the repository's top folder, from a test's working directory.
 func Root(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := testcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "deploy", "base", "kustomization.yaml")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no repository with deploy/base above the working directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
 // ImageTag reads the tag of the image an archive of `make image` carries.

@@ -56,7 +56,7 @@ func TestLocalNode(t *testing.T) {
 		t.Logf("pod %s Ready %s after kubectl apply (node Ready %s after the kubelet started)", pod, d.Ready.Round(10*time.Millisecond), n.Ready.Round(10*time.Millisecond))
 
 		// Found by service discovery, with the ServiceMonitor's labels.
-		up := waitQuery(t, prom, fmt.Sprintf(`up{job="watchcache-exporter",pod=%q} == 1`, pod), 2*time.Minute)
+		up := prom.WaitFor(t, fmt.Sprintf(`up{job="watchcache-exporter",pod=%q} == 1`, pod), 2*time.Minute)
 		for k, v := range map[string]string{"namespace": e2e.Namespace, "service": "watchcache-exporter", "container": "watchcache-exporter", "endpoint": "metrics"} {
 			if up.Metric[k] != v {
 				t.Errorf("target label %s=%q, want %q (labels %v)", k, up.Metric[k], v, up.Metric)
@@ -71,11 +71,11 @@ func TestLocalNode(t *testing.T) {
 			t.Errorf("apiservers measured: %v, want the one at %s", vals, testnode.NodeIP)
 		}
 
-		bm := waitQuery(t, prom, fmt.Sprintf(`watchcache_first_bookmark_last_seconds{pod=%q} > 0`, pod), 4*time.Minute)
+		bm := prom.WaitFor(t, fmt.Sprintf(`watchcache_first_bookmark_last_seconds{pod=%q} > 0`, pod), 4*time.Minute)
 		t.Logf("first BOOKMARK in Prometheus %s after kubectl apply: %.1f s after its watch opened", time.Since(applied).Round(time.Second), bm.Float())
-		ex := waitQuery(t, prom, fmt.Sprintf(`watchcache_expiry_last_seconds{pod=%q} > 0`, pod), 8*time.Minute)
+		ex := prom.WaitFor(t, fmt.Sprintf(`watchcache_expiry_last_seconds{pod=%q} > 0`, pod), 8*time.Minute)
 		t.Logf("first 410 in Prometheus %s after kubectl apply: %.1f s from the RV to its 410", time.Since(applied).Round(time.Second), ex.Float())
-		if window := waitQuery(t, prom, fmt.Sprintf(`watchcache_window_seconds{pod=%q}`, pod), time.Minute); window.Float() <= 0 {
+		if window := prom.WaitFor(t, fmt.Sprintf(`watchcache_window_seconds{pod=%q}`, pod), time.Minute); window.Float() <= 0 {
 			t.Errorf("window %v s", window.Float())
 		}
 
@@ -97,11 +97,11 @@ func TestLocalNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitQuery(t, prom, fmt.Sprintf(`increase(watchcache_cache_resets_total{pod=%q}[5m]) > 0`, pod), 3*time.Minute)
-		waitQuery(t, prom, fmt.Sprintf(`up{pod=%q} == 1 and on() (time() - max(watchcache_last_probe_success_timestamp_seconds{pod=%q}) < 60)`, pod, pod), 3*time.Minute)
+		prom.WaitFor(t, fmt.Sprintf(`increase(watchcache_cache_resets_total{pod=%q}[5m]) > 0`, pod), 3*time.Minute)
+		prom.WaitFor(t, fmt.Sprintf(`up{pod=%q} == 1 and on() (time() - max(watchcache_last_probe_success_timestamp_seconds{pod=%q}) < 60)`, pod, pod), 3*time.Minute)
 		// Two samples of the restart's counters in Grafana's rate interval
 		// (1m at a 15 s scrape interval), for increase() to have a value.
-		waitQuery(t, prom, fmt.Sprintf(`count_over_time(watchcache_watch_restarts_total{pod=%q}[1m]) >= 2`, pod), 2*time.Minute)
+		prom.WaitFor(t, fmt.Sprintf(`count_over_time(watchcache_watch_restarts_total{pod=%q}[1m]) >= 2`, pod), 2*time.Minute)
 		vars := strings.NewReplacer("$__rate_interval", "1m", "$job", "watchcache-exporter", "$instance", ".+", "$apiserver", ".+")
 		for i, q := range monitoring.DashboardQueries() {
 			if res := prom.Query(t, vars.Replace(q)); len(res) == 0 {
@@ -112,7 +112,7 @@ func TestLocalNode(t *testing.T) {
 		h := c.DeletePod(t, d.Pod)
 		t.Logf("pod deleted: %s leads %s later", h.New.Name, h.Leading.Round(100*time.Millisecond))
 		// The series go on, from the new pod.
-		waitQuery(t, prom, fmt.Sprintf(`watchcache_window_seconds{pod=%q} > 0`, h.New.Name), 3*time.Minute)
+		prom.WaitFor(t, fmt.Sprintf(`watchcache_window_seconds{pod=%q} > 0`, h.New.Name), 3*time.Minute)
 		if res := prom.Query(t, fmt.Sprintf(`count(up{job="watchcache-exporter"} == 1)`)); len(res) != 1 || res[0].Float() != 1 {
 			t.Errorf("targets up after the handover: %v, want 1", res)
 		}
@@ -147,19 +147,4 @@ func prometheusConfig(t *testing.T, root, kubeconfig string) string {
 		t.Fatal(err)
 	}
 	return string(cfg)
-}
-
-// waitQuery polls q until it returns a series, and returns the first.
-func waitQuery(t *testing.T, prom promtest.Server, q string, timeout time.Duration) promtest.Sample {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if res := prom.Query(t, q); len(res) > 0 {
-			return res[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no series after %s: %s", timeout, q)
-		}
-		time.Sleep(2 * time.Second)
-	}
 }
