@@ -349,12 +349,9 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 		c.m.newestRV.Set(nan)
 		c.m.windowRVs.Set(nan)
 	}
-	// The cache's oldest event is oldest+1.
-	if written, ok := c.hist.Clock.TimeOf(oldest + 1); ok {
-		c.m.windowSeconds.Set(window.Answered.Sub(written).Seconds())
-	} else {
-		c.m.windowSeconds.Set(nan)
-	}
+	seconds, lower := windowSeconds(c.hist.Clock, oldest, window.Answered)
+	c.m.windowSeconds.Set(seconds)
+	c.m.windowLowerBound.Set(lower)
 	return reset
 }
 
@@ -377,8 +374,24 @@ func (c *Collector) checkReset(oldest, newest uint64) bool {
 	return true
 }
 
+// windowSeconds is the window of a cache whose oldest servable RV is
+// oldest, as of at: the age of its oldest event, oldest+1. When the clock
+// does not remember that far back, the age of the oldest RV it does is a
+// lower bound (lower is 1); NaN when the event is newer than any RV known.
+func windowSeconds(clk *rvclock.Clock, oldest uint64, at time.Time) (seconds, lower float64) {
+	if written, ok := clk.TimeOf(oldest + 1); ok {
+		return at.Sub(written).Seconds(), 0
+	}
+	if rv, ok := clk.Oldest(); ok && oldest+1 < rv {
+		if written, ok := clk.TimeOf(rv); ok {
+			return at.Sub(written).Seconds(), 1
+		}
+	}
+	return nan, nan
+}
+
 func (c *Collector) setWindowUnknown() {
-	for _, g := range []prometheus.Gauge{c.m.windowSeconds, c.m.windowRVs, c.m.oldestRV, c.m.newestRV, c.m.distanceLive, c.m.estimatedCapacity} {
+	for _, g := range []prometheus.Gauge{c.m.windowSeconds, c.m.windowLowerBound, c.m.windowRVs, c.m.oldestRV, c.m.newestRV, c.m.distanceLive, c.m.estimatedCapacity} {
 		g.Set(nan)
 	}
 }

@@ -20,6 +20,23 @@ var (
 	distanceBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}
 )
 
+// The window series of every resource share their names and help: those of
+// the ConfigMap measurement carry group="" and resource="configmaps", as the
+// apiserver's own watch cache metrics name it.
+const (
+	HelpWindowSeconds          = "History window of the resource's watch cache: now minus the time at which its oldest resourceVersion was written. Only a lower bound where watchcache_window_lower_bound is 1. NaN while unknown, and after 3 failed probe intervals."
+	HelpWindowResourceVersions = "History window in resourceVersions: the newest resourceVersion known minus the oldest servable one, both read when the probe's answer arrived."
+	HelpOldestResourceVersion  = "The oldest resourceVersion the apiserver still serves a watch of the resource from: O of 'too old resource version: R (O)', or, with the watch cache off, the oldest revision etcd has not compacted."
+	HelpWindowLowerBound       = "1 when watchcache_window_seconds is only a lower bound (the window is at least that long): the oldest resourceVersion is older than anything the exporter's RV clock remembers, as for a quiet resource or a young exporter."
+)
+
+// cmGauge is a window gauge of the ConfigMap measurement.
+func cmGauge(f promauto.Factory, name, help string) prometheus.Gauge {
+	o := promopts.Gauge(name, help)
+	o.ConstLabels = prometheus.Labels{"group": "", "resource": "configmaps"}
+	return f.NewGauge(o)
+}
+
 // Metrics are one apiserver's series; see the README for what each tells an
 // operator.
 type Metrics struct {
@@ -35,6 +52,7 @@ type Metrics struct {
 	windowSeconds       prometheus.Gauge
 	windowRVs           prometheus.Gauge
 	oldestRV            prometheus.Gauge
+	windowLowerBound    prometheus.Gauge
 	newestRV            prometheus.Gauge
 	estimatedCapacity   prometheus.Gauge
 	lastProbeSuccess    prometheus.Gauge
@@ -76,10 +94,10 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 			"At each first 410: the watch cache's oldest servable resourceVersion minus the refused one.", distanceBuckets)),
 		distanceLast: g("stale_distance_last_resource_versions", "The last observation of watchcache_stale_distance_resource_versions."),
 		distanceLive: g("stale_distance_live_resource_versions", "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."),
-		windowSeconds: g("window_seconds",
-			"History window: now minus the time at which the cache's oldest resourceVersion was written. NaN until the exporter has seen that resourceVersion written, and after 3 failed probe intervals."),
-		windowRVs:         g("window_resource_versions", "History window in resourceVersions: the newest known minus the cache's oldest servable one, both read when the probe's answer arrived."),
-		oldestRV:          g("oldest_resource_version", "The oldest resourceVersion the watch cache still serves a watch from (O of 'too old resource version: R (O)')."),
+		windowSeconds:     cmGauge(f, "window_seconds", HelpWindowSeconds),
+		windowRVs:         cmGauge(f, "window_resource_versions", HelpWindowResourceVersions),
+		oldestRV:          cmGauge(f, "oldest_resource_version", HelpOldestResourceVersion),
+		windowLowerBound:  cmGauge(f, "window_lower_bound", HelpWindowLowerBound),
 		newestRV:          g("newest_resource_version", "The newest resourceVersion the exporter had seen written when the window probe was answered."),
 		estimatedCapacity: g("estimated_capacity_events", "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."),
 		lastProbeSuccess:  g("last_probe_success_timestamp_seconds", "When the window probe last got an answer from this apiserver (Unix time)."),
@@ -108,7 +126,7 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 			m.reconnects.WithLabelValues(from, r.String())
 		}
 	}
-	for _, x := range []prometheus.Gauge{m.estimatedCapacity, m.windowSeconds, m.windowRVs, m.oldestRV, m.newestRV,
+	for _, x := range []prometheus.Gauge{m.estimatedCapacity, m.windowSeconds, m.windowLowerBound, m.windowRVs, m.oldestRV, m.newestRV,
 		m.distanceLive, m.distanceLast, m.expiryLast, m.firstBookmarkLast} {
 		x.Set(nan)
 	}

@@ -59,15 +59,22 @@ type ProbeResult struct {
 // served RV is answered with 200 and then nothing (or quiet's events), so
 // the prober waits settle for an ERROR before calling the RV served.
 type Prober struct {
-	client corev1client.ConfigMapsGetter
-	ns     string
+	watch  WatchFunc
 	opts   metav1.ListOptions
 	settle time.Duration
 }
 
+// WatchFunc opens a watch, as a typed or dynamic client's Watch does.
+type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+
 // NewProber probes ns/name through client.
 func NewProber(client corev1client.ConfigMapsGetter, ns, name string, settle time.Duration) *Prober {
-	return &Prober{client: client, ns: ns, settle: settle, opts: metav1.ListOptions{FieldSelector: owned.NameSelector(name)}}
+	return NewWatchProber(client.ConfigMaps(ns).Watch, metav1.ListOptions{FieldSelector: owned.NameSelector(name)}, settle)
+}
+
+// NewWatchProber probes with watches that w opens with opts.
+func NewWatchProber(w WatchFunc, opts metav1.ListOptions, settle time.Duration) *Prober {
+	return &Prober{watch: w, opts: opts, settle: settle}
 }
 
 // Probe opens a watch from rv and closes it as soon as the answer is known.
@@ -77,7 +84,7 @@ func (p *Prober) Probe(ctx context.Context, rv string) ProbeResult {
 	defer cancel()
 	opts := p.opts
 	opts.ResourceVersion = rv
-	w, err := p.client.ConfigMaps(p.ns).Watch(ctx, opts)
+	w, err := p.watch(ctx, opts)
 	if err != nil {
 		return r.of(err)
 	}

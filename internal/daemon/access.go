@@ -1,9 +1,13 @@
 package daemon
 
-import "github.com/watchcache/watchcache-exporter/internal/preflight"
+import (
+	"github.com/watchcache/watchcache-exporter/internal/preflight"
+	"github.com/watchcache/watchcache-exporter/resources"
+)
 
-// neededAccess lists every request the exporter makes.
-func neededAccess(cfg config) []preflight.Access {
+// neededAccess lists every request the exporter makes; rs are the resources
+// of --resources.
+func neededAccess(cfg config, rs []resources.Resource) []preflight.Access {
 	cm := func(verb, name string) preflight.Access {
 		return preflight.Access{Verb: verb, Resource: "configmaps", Namespace: cfg.namespace, Name: name}
 	}
@@ -28,6 +32,17 @@ func neededAccess(cfg config) []preflight.Access {
 		for _, verb := range []string{"list", "watch"} {
 			a = append(a, preflight.Access{Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"})
 		}
+	}
+	// Every resource's window: a watch (from RV 1) and a list (limit 1, the
+	// object count) across all namespaces; for all, the APIServices, to
+	// leave out the aggregated apiservers.
+	for _, r := range rs {
+		for _, verb := range []string{"list", "watch"} {
+			a = append(a, preflight.Access{Verb: verb, Group: r.Group, Resource: r.Resource})
+		}
+	}
+	if cfg.resources.All {
+		a = append(a, preflight.Access{Verb: "list", Group: "apiregistration.k8s.io", Resource: "apiservices"})
 	}
 	return a
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,9 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -37,6 +41,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 	"github.com/watchcache/watchcache-exporter/internal/status"
 	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
@@ -84,6 +89,9 @@ type parts struct {
 	rates  *rvclock.Rates
 	writer *load.Writer
 	fleet  *apiservers.Fleet
+	// The resources of --resources, and their object counts.
+	resources []resources.Resource
+	objects   *resources.Objects
 	page   *status.Page
 	mux    http.Handler
 	probes http.Handler // the probes alone, for --web.probe-address
@@ -132,11 +140,22 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return nil, fmt.Errorf("apiserver %s unreachable: %w", restCfg.Host, err)
 	}
 	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion, "mode", cfg.mode())
-	if err := preflight.Check(startCtx, authz, neededAccess(cfg)); err != nil {
+	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
+	// The resource probes have a client of their own, so that their cap
+	// (about 2 requests per resource and interval) leaves the ConfigMap
+	// measurement's alone.
+	resCfg := rest.CopyConfig(restCfg)
+	resCfg.ContentType, resCfg.AcceptContentTypes = "", ""
+	resCfg.QPS, resCfg.Burst = 20, 40
+	if !cfg.resources.Empty() {
+		if p.resources, err = resolveResources(startCtx, cfg, resCfg, log); err != nil {
+			return nil, err
+		}
+	}
+	if err := preflight.Check(startCtx, authz, neededAccess(cfg, p.resources)); err != nil {
 		return nil, err
 	}
 
-	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
 	reg := prometheus.NewRegistry()
 	p.store = owned.NewStore(cfg.namespace, cfg.quietName, reg, log.WithName("owned"), time.Now)
 	// The check of up to 1001 names at start, unthrottled but 8 at a time.
@@ -176,14 +195,36 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		if err != nil {
 			return nil, err
 		}
-		return collector.New(collector.Config{
+		epReg := prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg)
+		epLog := log.WithName("collector").WithValues("apiserver", ep.ID)
+		c, err := collector.New(collector.Config{
 			Namespace:     cfg.namespace,
 			QuietName:     cfg.quietName,
 			ProbeInterval: cfg.probeInterval,
 			HistoryWindow: cfg.historyWindow,
-		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
-			log.WithName("collector").WithValues("apiserver", ep.ID))
+		}, epCore, p.store, p.hist, p.rates.Rate, epReg, epLog)
+		if err != nil || len(p.resources) == 0 {
+			return c, err
+		}
+		epRes := rest.CopyConfig(resCfg)
+		epRes.Host, epRes.ServerName = epCfg.Host, epCfg.ServerName
+		dyn, err := dynamic.NewForConfig(epRes)
+		if err != nil {
+			c.Unregister()
+			return nil, err
+		}
+		// The quiet ConfigMap's probes measure configmaps already.
+		windows := slices.DeleteFunc(slices.Clone(p.resources), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
+		return apiservers.Join(c, collector.NewResourceWindows(collector.ResourcesConfig{Interval: cfg.resourcesIvl},
+			dyn, windows, p.hist, epReg, epLog.WithName("resources"))), nil
 	}, log.WithName("apiservers"))
+	if len(p.resources) > 0 {
+		mc, err := metadata.NewForConfig(resCfg)
+		if err != nil {
+			return nil, err
+		}
+		p.objects = resources.NewObjects(mc, p.resources, p.hist, reg, log.WithName("resources"))
+	}
 	switch cfg.apiservers {
 	case "discover":
 		if p.discovery, err = discoveryv1client.NewForConfig(measureCfg); err != nil {
@@ -252,6 +293,9 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 			rvclock.Poll(measureCtx, p.core, p.cfg.namespace, p.cfg.quietName, p.cfg.probeInterval, p.hist, errLog)
 		})
 	}
+	if p.objects != nil {
+		measureWG.Go(func() { p.objects.Run(measureCtx, p.cfg.resourcesIvl) })
+	}
 	if p.discovery != nil {
 		measureWG.Go(func() { apiservers.Discover(measureCtx, p.discovery, p.fleet, p.log.WithName("apiservers")) })
 	} else {
@@ -289,6 +333,28 @@ func (p *parts) ready() error {
 	default:
 		return errors.New("not holding the Lease, and no other holder seen")
 	}
+}
+
+// resolveResources finds the resources of --resources through discovery.
+func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log logr.Logger) ([]resources.Resource, error) {
+	disc, err := discovery.NewDiscoveryClientForConfig(resCfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(resCfg)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := resources.Resolve(ctx, disc, dyn, cfg.resources)
+	if err != nil {
+		return nil, fmt.Errorf("--resources: %w", err)
+	}
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.Name()
+	}
+	log.Info("measuring the window of every resource named", "resources", strings.Join(names, ","), "count", len(rs), "interval", cfg.resourcesIvl)
+	return rs, nil
 }
 
 // refuseNotOwned fails when quiet or a noise object exists without the

@@ -17,6 +17,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/internal/status"
 	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/resources"
 )
 
 // config is everything the command line sets.
@@ -30,6 +31,9 @@ type config struct {
 	schedule      load.Schedule // from --load.rate or --load.schedule
 	historyWindow time.Duration
 	apiservers    string
+	resources     resources.Spec
+	resourcesRaw  string
+	resourcesIvl  time.Duration
 	loadMaxRate   float64
 	loadObjects   int
 	probeInterval time.Duration
@@ -63,6 +67,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
 	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
 	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
+	fs.StringVar(&c.resourcesRaw, "resources", "", "Resources whose watch cache windows to measure too, without writing: a list of resource.group names (pods,leases.coordination.k8s.io,endpointslices.discovery.k8s.io) or \"all\" (every resource served with list and watch, aggregated apiservers left out). Needs list and watch on them cluster-wide (deploy/components/resources).")
+	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: 2 requests per resource, plus one per resource and apiserver.")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
 	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
@@ -88,6 +94,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			errs = append(errs, fmt.Errorf("--load.schedule=%q: %w", c.loadSchedule, err))
 		}
 		c.schedule = s
+	}
+	var err error
+	if c.resources, err = resources.ParseSpec(c.resourcesRaw); err != nil {
+		errs = append(errs, fmt.Errorf("--resources=%q: %w", c.resourcesRaw, err))
 	}
 	return c, errors.Join(append(errs, c.validate())...)
 }
@@ -123,6 +133,9 @@ func (c config) validate() error {
 		if _, err := apiservers.ParseList(c.apiservers); err != nil {
 			errs = append(errs, fmt.Errorf("--apiservers: %w", err))
 		}
+	}
+	if c.resourcesIvl < time.Second || c.resourcesIvl > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--resources.interval=%s: must be between 1s and 10m", c.resourcesIvl))
 	}
 	if c.probeInterval < 100*time.Millisecond || c.probeInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("--probe.interval=%s: must be between 100ms and 1m", c.probeInterval))

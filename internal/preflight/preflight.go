@@ -16,7 +16,8 @@ import (
 )
 
 // Access is one verb on one object (Name "" for create, which RBAC cannot
-// restrict by name, and for list and watch of a collection).
+// restrict by name, and for list and watch of a collection); Namespace ""
+// is cluster-wide.
 type Access struct {
 	Verb, Group, Resource, Namespace, Name string
 }
@@ -32,11 +33,23 @@ type Client interface {
 // asks for the rules of each namespace once (SelfSubjectRulesReview), so its
 // cost does not grow with the number of objects; only where an authorizer
 // cannot list its rules (the review is incomplete) does it ask about the
-// unmatched requests one by one (SelfSubjectAccessReview).
+// unmatched requests one by one (SelfSubjectAccessReview). Cluster-wide
+// requests are asked one by one too: a rules review needs a namespace, and
+// its rules mix that namespace's RoleBindings in.
 func Check(ctx context.Context, client Client, needed []Access) error {
 	rules := map[string]*authorizationv1.SubjectRulesReviewStatus{}
 	var denied []Access
 	for _, a := range needed {
+		if a.Namespace == "" {
+			allowed, err := review(ctx, client, a)
+			if err != nil {
+				return err
+			}
+			if !allowed {
+				denied = append(denied, a)
+			}
+			continue
+		}
 		st, ok := rules[a.Namespace]
 		if !ok {
 			r, err := client.SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
@@ -100,12 +113,20 @@ func deniedError(denied []Access) error {
 	}
 	var verbs []string
 	names := map[string][]string{}
+	hint := "deploy/ has the Role it needs"
 	for _, a := range denied {
+		if a.Namespace == "" {
+			hint = "deploy/ has the Role it needs, deploy/components/resources the ClusterRole of --resources"
+		}
 		what := a.Verb + " " + a.Resource
 		if a.Group != "" {
 			what += "." + a.Group
 		}
-		what += " in namespace " + a.Namespace
+		if a.Namespace == "" {
+			what += " cluster-wide"
+		} else {
+			what += " in namespace " + a.Namespace
+		}
 		if _, ok := names[what]; !ok {
 			verbs = append(verbs, what)
 			names[what] = nil
@@ -121,5 +142,5 @@ func deniedError(denied []Access) error {
 		}
 		parts = append(parts, v)
 	}
-	return errors.New("RBAC denies " + strings.Join(parts, "; ") + " (deploy/ has the Role it needs)")
+	return errors.New("RBAC denies " + strings.Join(parts, "; ") + " (" + hint + ")")
 }

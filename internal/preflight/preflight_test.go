@@ -43,6 +43,11 @@ func TestDeniedError(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
+	err = deniedError([]Access{{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases"}})
+	want = "RBAC denies watch leases.coordination.k8s.io cluster-wide (deploy/ has the Role it needs, deploy/components/resources the ClusterRole of --resources)"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
 	if deniedError(nil) != nil {
 		t.Error("no denials, an error")
 	}

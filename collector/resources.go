@@ -1,0 +1,268 @@
+package collector
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
+	"github.com/watchcache/watchcache-exporter/internal/ratelog"
+	"github.com/watchcache/watchcache-exporter/resources"
+	"github.com/watchcache/watchcache-exporter/rvclock"
+)
+
+// NoSuchName is the field selector value of the resource probes: no object
+// of any resource can have it ("/" is refused in every name), so a served
+// probe watch sends nothing.
+const NoSuchName = "watchcache-exporter/no-such-name"
+
+// ResourcesConfig of ResourceWindows.
+type ResourcesConfig struct {
+	// Interval between two probes of each resource.
+	Interval time.Duration
+	// Settle: how long a probe waits for a 410 before it calls RV 1 served.
+	Settle time.Duration
+	// Parallel probes at most; default 4.
+	Parallel int
+	// StaleAfter failed intervals a resource's gauges go to NaN; default 3.
+	StaleAfter int
+}
+
+// ResourceWindows measures, without writing, the window of each resource's
+// watch cache on one apiserver: every interval one watch from RV 1 across
+// all namespaces, selected by a name that cannot exist, is refused with
+// "too old resource version: 1 (O)", and the RV clock turns O into seconds.
+// A resource whose cache is off is refused by etcd instead, which names no
+// O: the oldest revision etcd has kept is then found by bisection, once per
+// compaction.
+type ResourceWindows struct {
+	cfg       ResourcesConfig
+	resources []resources.Resource
+	probers   []*Prober
+	hist      *rvclock.History
+	log       logr.Logger
+	errLog    *ratelog.Logger
+	m         resourceMetrics
+
+	// Owned by Run's goroutine.
+	failedSince []time.Time // per resource: zero while its probes answer
+	etcd        struct {
+		oldest uint64 // smallest RV etcd served; 0: not known
+	}
+}
+
+type resourceMetrics struct {
+	windowSeconds, windowRVs, oldestRV, lowerBound, cacheOn *prometheus.GaugeVec
+	errors                                                  *prometheus.CounterVec
+	searchProbes                                            prometheus.Counter
+	registered                                              *recordingRegisterer
+}
+
+// NewResourceWindows measures rs on the apiserver client reaches; its series
+// go to reg, which names the apiserver.
+func NewResourceWindows(cfg ResourcesConfig, client dynamic.Interface, rs []resources.Resource, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *ResourceWindows {
+	if cfg.Settle <= 0 {
+		cfg.Settle = 250 * time.Millisecond
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 4
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 3
+	}
+	rec := &recordingRegisterer{Registerer: reg}
+	f := promauto.With(rec)
+	labels := []string{"group", "resource"}
+	gv := func(name, help string) *prometheus.GaugeVec { return f.NewGaugeVec(promopts.Gauge(name, help), labels) }
+	w := &ResourceWindows{
+		cfg: cfg, resources: rs, hist: hist, log: log,
+		errLog:      ratelog.New(log, 30*time.Second, time.Now),
+		failedSince: make([]time.Time, len(rs)),
+		m: resourceMetrics{
+			registered:    rec,
+			windowSeconds: gv("window_seconds", HelpWindowSeconds),
+			windowRVs:     gv("window_resource_versions", HelpWindowResourceVersions),
+			oldestRV:      gv("oldest_resource_version", HelpOldestResourceVersion),
+			lowerBound:    gv("window_lower_bound", HelpWindowLowerBound),
+			cacheOn: gv("resource_watch_cache_enabled",
+				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."),
+			errors: f.NewCounterVec(promopts.Counter("resource_probe_errors_total",
+				"Failed window probes of a resource, by Kubernetes status reason (Forbidden: RBAC; TooManyRequests: flow control)."), append(labels, "reason")),
+			searchProbes: f.NewCounter(promopts.Counter("resource_compaction_probes_total",
+				"Watches sent to find etcd's oldest revision for resources whose watch cache is off: about log2(revisions) after each compaction, one per interval otherwise.")),
+		},
+	}
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", NoSuchName).String()}
+	for _, r := range rs {
+		w.probers = append(w.probers, NewWatchProber(client.Resource(r.GVR()).Watch, opts, cfg.Settle))
+		for _, g := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound, w.m.cacheOn} {
+			g.WithLabelValues(r.Group, r.Resource).Set(nan)
+		}
+		w.m.errors.WithLabelValues(r.Group, r.Resource, "Forbidden")
+	}
+	return w
+}
+
+// Run probes every interval until ctx ends.
+func (w *ResourceWindows) Run(ctx context.Context) {
+	wait.NonSlidingUntilWithContext(ctx, w.round, w.cfg.Interval)
+}
+
+// round probes every resource once, Parallel at a time.
+func (w *ResourceWindows) round(ctx context.Context) {
+	results := make([]ProbeResult, len(w.resources))
+	sem := make(chan struct{}, w.cfg.Parallel)
+	var wg sync.WaitGroup
+	for i := range w.resources {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = w.probers[i].Probe(ctx, farTooOldRV)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	etcdChecked := false
+	for i, r := range w.resources {
+		res := results[i]
+		if res.Outcome == Expired && res.Refusal.Source == SourceEtcd && !etcdChecked {
+			etcdChecked = true
+			w.searchEtcd(ctx, w.probers[i])
+		}
+		w.record(i, r, res)
+	}
+}
+
+// record sets one resource's gauges from its probe's answer.
+func (w *ResourceWindows) record(i int, r resources.Resource, res ProbeResult) {
+	g, rs := r.Group, r.Resource
+	if res.Outcome == Error {
+		w.m.errors.WithLabelValues(g, rs, reason(res.Err)).Inc()
+		w.errLog.Error("resource-"+r.Name(), res.Err, "window probe of a resource failed", "resource", r.Name())
+		if w.failedSince[i].IsZero() {
+			w.failedSince[i] = res.At
+		}
+		if res.At.Sub(w.failedSince[i]) >= time.Duration(w.cfg.StaleAfter-1)*w.cfg.Interval {
+			w.setUnknown(r)
+		}
+		return
+	}
+	w.failedSince[i] = time.Time{}
+	var oldest uint64
+	switch {
+	case res.Outcome == OK:
+		// RV 1 served: nothing has left the history since RV 1 (a young
+		// cluster), whichever store answered.
+		oldest = 1
+		w.m.cacheOn.WithLabelValues(g, rs).Set(nan)
+	case res.Refusal.Source == SourceWatchCache && res.Refusal.Oldest != 0:
+		oldest = res.Refusal.Oldest
+		w.m.cacheOn.WithLabelValues(g, rs).Set(1)
+	case res.Refusal.Source == SourceEtcd:
+		w.m.cacheOn.WithLabelValues(g, rs).Set(0)
+		oldest = w.etcd.oldest
+	}
+	if oldest == 0 {
+		w.setUnknown(r)
+		msg := "window unknown: the apiserver refused RV 1 without naming its oldest resourceVersion"
+		if res.Refusal.Source == SourceEtcd {
+			msg = "window unknown: the watch cache is off and etcd's oldest revision is not found yet"
+		}
+		w.errLog.Info("resource-unknown-"+r.Name(), msg, "resource", r.Name(), "source", res.Refusal.Source)
+		return
+	}
+	w.m.oldestRV.WithLabelValues(g, rs).Set(float64(oldest))
+	if newest, _, ok := w.hist.Clock.Newest(); ok && newest >= oldest {
+		w.m.windowRVs.WithLabelValues(g, rs).Set(float64(newest - oldest))
+	} else {
+		w.m.windowRVs.WithLabelValues(g, rs).Set(nan)
+	}
+	seconds, lower := windowSeconds(w.hist.Clock, oldest, res.Answered)
+	w.m.windowSeconds.WithLabelValues(g, rs).Set(seconds)
+	w.m.lowerBound.WithLabelValues(g, rs).Set(lower)
+}
+
+func (w *ResourceWindows) setUnknown(r resources.Resource) {
+	for _, gv := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound} {
+		gv.WithLabelValues(r.Group, r.Resource).Set(nan)
+	}
+}
+
+// searchEtcd finds the smallest RV etcd still serves a watch from, through
+// p, a resource whose cache is off; etcd's compaction is one for every
+// resource. Compaction only moves forward: while the last one found is
+// served, it still holds (its predecessor was refused); once refused, the
+// new one lies between it and the newest RV, found by bisection.
+func (w *ResourceWindows) searchEtcd(ctx context.Context, p *Prober) {
+	served := func(rv uint64) (ok, known bool) {
+		w.m.searchProbes.Inc()
+		r := p.Probe(ctx, strconv.FormatUint(rv, 10))
+		switch {
+		case r.Outcome == OK:
+			return true, true
+		case r.Outcome == Expired && r.Refusal.Source == SourceEtcd:
+			return false, true
+		}
+		return false, false
+	}
+	lo := uint64(1) // refused: the probe from RV 1 was
+	if w.etcd.oldest > 1 {
+		ok, known := served(w.etcd.oldest)
+		if !known {
+			return // keep the last one found; the next round tries again
+		}
+		if ok {
+			return
+		}
+		lo = w.etcd.oldest
+	}
+	hi, _, ok := w.hist.Clock.Newest()
+	if !ok || hi <= lo {
+		w.etcd.oldest = 0
+		return
+	}
+	if ok, known := served(hi); !ok || !known {
+		w.etcd.oldest = 0 // the clock lags: the next round tries again
+		return
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, known := served(mid)
+		if !known {
+			w.etcd.oldest = 0
+			return
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if hi != w.etcd.oldest {
+		w.log.V(1).Info("etcd's oldest revision found, for resources whose watch cache is off", "oldestResourceVersion", hi)
+	}
+	w.etcd.oldest = hi
+}
+
+// Ready never fails: a resource that cannot be probed is reported in its
+// series and logs, and the ConfigMap measurement says whether the apiserver
+// answers at all.
+func (w *ResourceWindows) Ready() error { return nil }
+
+// Unregister removes these series.
+func (w *ResourceWindows) Unregister() {
+	for _, c := range w.m.registered.collectors {
+		w.m.registered.Unregister(c)
+	}
+}
