@@ -35,6 +35,24 @@ func (a *APIServer) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, 
 	return p.TextToMetricFamilies(resp.Body)
 }
 
+// EtcdMetrics scrapes etcd's /metrics, e.g. etcd_debugging_mvcc_compact_revision.
+func (c *Cluster) EtcdMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.etcdURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("etcd /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(resp.Body)
+}
+
 // MetricValue returns the value of the one gauge, counter or untyped sample
 // of family name whose labels include want, e.g.
 // MetricValue(ctx, "watch_cache_capacity", map[string]string{"resource": "configmaps"}).

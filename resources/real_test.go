@@ -1,0 +1,336 @@
+package resources_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"maps"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchcache/watchcache-exporter/internal/exportertest"
+	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+)
+
+const ns = "resources-test"
+
+// Rates of the test's own writes: leases fast enough that their cache
+// doubles four times (100 -> 1600), pods at another rate.
+const (
+	leaseRate = 20.0
+	podRate   = 8.0
+	objects   = 4
+)
+
+// TestEveryResourceWindow writes leases and pods at two rates while a
+// passive exporter measures every resource's window: each must match the
+// apiserver's own capacity over that resource's write rate (the rate of its
+// watch_cache events) within 2%. Secrets have their cache off, so etcd's
+// compaction bounds their window: the exporter must say so and find etcd's
+// compaction revision. Object counts must match the apiserver's lists.
+func TestEveryResourceWindow(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{APIServerFlags: []string{
+		"--watch-cache-sizes=secrets#0",
+		// Compactions every 30 s instead of 5 min, so that one happens
+		// within the test.
+		"--etcd-compaction-interval=30s",
+	}})
+	ctx := t.Context()
+	cfg := c.AdminConfig()
+	cfg.QPS = -1
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	setup(t, admin)
+	a := c.APIServer()
+
+	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0",
+		"--resources=pods,leases.coordination.k8s.io,secrets", "--resources.interval=2s")
+	exp.WaitReady(t, time.Minute)
+
+	var leaseWrites, podWrites atomic.Int64
+	writeCtx, stopWrites := context.WithCancel(ctx)
+	defer stopWrites()
+	go write(writeCtx, t, leaseRate, &leaseWrites, func(ctx context.Context, i int) error {
+		_, err := admin.CoordinationV1().Leases(ns).Patch(ctx, fmt.Sprintf("lease-%d", i%objects), types.MergePatchType,
+			fmt.Appendf(nil, `{"spec":{"renewTime":%q}}`, time.Now().UTC().Format("2006-01-02T15:04:05.000000Z")), metav1.PatchOptions{})
+		return err
+	})
+	go write(writeCtx, t, podRate, &podWrites, func(ctx context.Context, i int) error {
+		_, err := admin.CoreV1().Pods(ns).Patch(ctx, fmt.Sprintf("pod-%d", i%objects), types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{"n":"%d"}}}`, i), metav1.PatchOptions{})
+		return err
+	})
+
+	type sample struct {
+		at                time.Time
+		window, capacity  map[string]float64
+		events            map[string]float64
+		lower, cacheOn    map[string]float64
+		oldestSecrets     float64
+		compactedRevision float64
+	}
+	watched := []string{"leases", "pods"}
+	var samples []sample
+	start := time.Now()
+	const total, steadyAfter = 210 * time.Second, 140 * time.Second
+	for time.Since(start) < total {
+		time.Sleep(5 * time.Second)
+		m := exp.Scrape(t)
+		fams, err := a.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sample{at: time.Now(), window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
+			lower: map[string]float64{}, cacheOn: map[string]float64{}}
+		for _, r := range watched {
+			s.window[r] = m.Value(t, "watchcache_window_seconds", "resource", r)
+			s.lower[r] = m.Value(t, "watchcache_window_lower_bound", "resource", r)
+			s.cacheOn[r] = m.Value(t, "watchcache_resource_watch_cache_enabled", "resource", r)
+			if s.capacity[r], err = testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": r}); err != nil {
+				t.Fatal(err)
+			}
+			if s.events[r], err = testcluster.Value(fams, "apiserver_watch_cache_events_received_total", map[string]string{"resource": r}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.cacheOn["secrets"] = m.Value(t, "watchcache_resource_watch_cache_enabled", "resource", "secrets")
+		s.oldestSecrets = m.Value(t, "watchcache_oldest_resource_version", "resource", "secrets")
+		etcd, err := c.EtcdMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.compactedRevision, err = testcluster.Value(etcd, "etcd_debugging_mvcc_compact_revision", nil); err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, s)
+	}
+	stopWrites()
+	t.Logf("writes: %d leases (%.1f/s asked), %d pods (%.1f/s asked) in %s", leaseWrites.Load(), leaseRate, podWrites.Load(), podRate, time.Since(start).Round(time.Second))
+
+	// Each resource's window against capacity over its write rate, the rate
+	// of its cache's events over the minute before.
+	for _, r := range watched {
+		checked := 0
+		for i, s := range samples {
+			j := slices.IndexFunc(samples, func(p sample) bool { return s.at.Sub(p.at) <= time.Minute })
+			if s.at.Sub(start) < steadyAfter || j >= i {
+				continue
+			}
+			rate := (s.events[r] - samples[j].events[r]) / s.at.Sub(samples[j].at).Seconds()
+			want := s.capacity[r] / rate
+			msg := fmt.Sprintf("%s at %s: window %.2f s, capacity %v / %.2f events/s = %.2f s (lower bound %v, cache %v)",
+				r, s.at.Sub(start).Round(time.Second), s.window[r], s.capacity[r], rate, want, s.lower[r], s.cacheOn[r])
+			if math.Abs(s.window[r]-want) > 0.02*want || s.lower[r] != 0 || s.cacheOn[r] != 1 {
+				t.Error(msg)
+			} else {
+				t.Log(msg)
+			}
+			checked++
+		}
+		if checked < 5 {
+			t.Errorf("%s: %d steady samples checked, want 5 or more", r, checked)
+		}
+	}
+	last := samples[len(samples)-1]
+	if first := samples[0]; last.capacity["leases"] <= first.capacity["leases"] || last.capacity["leases"] == 100 {
+		t.Errorf("leases' cache capacity %v -> %v: it never doubled", first.capacity["leases"], last.capacity["leases"])
+	}
+	if last.capacity["leases"] == last.capacity["pods"] {
+		t.Errorf("leases and pods ended with the same capacity %v: not two different sizes", last.capacity["pods"])
+	}
+
+	// Secrets: the cache is off; their oldest RV is etcd's compaction.
+	compacted := false
+	for _, s := range samples {
+		if s.cacheOn["secrets"] != 0 && (s.compactedRevision > 0 || s.cacheOn["secrets"] == 1) {
+			t.Errorf("secrets at %s: watch_cache_enabled %v, want 0 (etcd compacted at %v)", s.at.Sub(start).Round(time.Second), s.cacheOn["secrets"], s.compactedRevision)
+		}
+		compacted = compacted || s.compactedRevision > 0
+	}
+	if !compacted {
+		t.Fatal("etcd never compacted during the test")
+	}
+	exp.WaitFor(t, 30*time.Second, "secrets' oldest RV at etcd's compaction", func(m exportertest.Metrics) bool {
+		etcd, err := c.EtcdMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, _ := testcluster.Value(etcd, "etcd_debugging_mvcc_compact_revision", nil)
+		oldest := m.Value(t, "watchcache_oldest_resource_version", "resource", "secrets")
+		t.Logf("secrets: oldest RV %v, etcd compacted at %v, window %v s", oldest, rev,
+			m.Value(t, "watchcache_window_seconds", "resource", "secrets"))
+		return oldest == rev-1
+	})
+
+	// Object counts against the apiserver's lists.
+	exp.WaitFor(t, 30*time.Second, "object counts equal to the lists", func(m exportertest.Metrics) bool {
+		pods, err := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases, err := admin.CoordinationV1().Leases("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets, err := admin.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for r, n := range map[string]int{"pods": len(pods.Items), "leases": len(leases.Items), "secrets": len(secrets.Items)} {
+			got := m.Value(t, "watchcache_resource_objects", "resource", r)
+			t.Logf("%s: %v objects counted, %d listed", r, got, n)
+			ok = ok && got == float64(n)
+		}
+		return ok
+	})
+}
+
+// setup makes the namespace and the objects the writers patch.
+func setup(t *testing.T, admin kubernetes.Interface) {
+	ctx := t.Context()
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}))
+	// Admission looks the pods' ServiceAccount up; no controller makes it here.
+	must(admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}))
+	no := false
+	for i := range objects {
+		must(admin.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lease-%d", i)}}, metav1.CreateOptions{}))
+		must(admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i)},
+			Spec: corev1.PodSpec{AutomountServiceAccountToken: &no,
+				Containers: []corev1.Container{{Name: "c", Image: "localhost/never-pulled:1"}}},
+		}, metav1.CreateOptions{}))
+		must(admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("secret-%d", i)}}, metav1.CreateOptions{}))
+	}
+}
+
+// write calls fn at rate per second until ctx ends, counting successes.
+func write(ctx context.Context, t *testing.T, rate float64, n *atomic.Int64, fn func(context.Context, int) error) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := fn(ctx, i); err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("write: %v", err)
+			}
+			return
+		}
+		n.Add(1)
+	}
+}
+
+// TestResourcesAtStart: without the ClusterRole, the exporter stops at
+// start with an error that names each resource and verb; a resource the
+// apiserver does not serve, or serves without list and watch, is named too.
+// With all, every resource discovery lists with list and watch is measured,
+// its watch cache on.
+func TestResourcesAtStart(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Everything in its namespace, as deploy/base's Role and more, but no
+	// ClusterRole.
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "all"},
+		Rules: []rbacv1.PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"", "coordination.k8s.io"}, Resources: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "all"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "all"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "exporter", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := c.ServiceAccountConfig(ctx, ns, "exporter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		cfg  bool // as the ServiceAccount, else as admin
+		want string
+	}{
+		{[]string{"--resources=pods,leases.coordination.k8s.io"}, true,
+			"RBAC denies list pods cluster-wide; watch pods cluster-wide; list leases.coordination.k8s.io cluster-wide; watch leases.coordination.k8s.io cluster-wide"},
+		{[]string{"--resources=all"}, true, "--resources: --resources=all: list apiservices.apiregistration.k8s.io"},
+		{[]string{"--resources=pods,widgets.example.com"}, false, "--resources: widgets.example.com: the apiserver serves no such resource"},
+		{[]string{"--resources=bindings"}, false, "--resources: bindings: served without list and watch"},
+	} {
+		cfg := c.AdminConfig()
+		if tc.cfg {
+			cfg = sa
+		}
+		code, logs := exportertest.RunToExit(t, cfg, append([]string{"--namespace=" + ns, "--load.rate=0"}, tc.args...)...)
+		if code != 1 || !strings.Contains(logs, tc.want) {
+			t.Errorf("%v: exit %d, log:\n%s\nwant exit 1 and %q", tc.args, code, logs, tc.want)
+		}
+	}
+
+	// What kubectl api-resources --verbs=list,watch lists, configmaps
+	// left out: the quiet ConfigMap's probes measure them, with the labels
+	// group="" and resource="configmaps".
+	lists, err := admin.Discovery().ServerPreferredResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, l := range lists {
+		gv, _ := schema.ParseGroupVersion(l.GroupVersion)
+		for _, r := range l.APIResources {
+			if slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") {
+				want[gv.Group+"/"+r.Name] = true
+			}
+		}
+	}
+	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0", "--resources=all", "--resources.interval=2s")
+	exp.WaitFor(t, time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
+		got := map[string]bool{}
+		finite := 0
+		for _, x := range m["watchcache_window_seconds"].GetMetric() {
+			var g, r string
+			for _, l := range x.GetLabel() {
+				switch l.GetName() {
+				case "group":
+					g = l.GetValue()
+				case "resource":
+					r = l.GetValue()
+				}
+			}
+			got[g+"/"+r] = true
+			if v := x.GetGauge().GetValue(); !math.IsNaN(v) && v > 0 {
+				finite++
+			}
+			if on, err := m.Get("watchcache_resource_watch_cache_enabled", "group", g, "resource", r); err == nil && on != 1 && !math.IsNaN(on) {
+				t.Errorf("%s/%s: watch_cache_enabled %v, want 1", g, r, on)
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Logf("measured %d resources, discovery lists %d", len(got), len(want))
+			return false
+		}
+		t.Logf("%d resources measured, %d with a window", len(got), finite)
+		return finite == len(got)
+	})
+}
