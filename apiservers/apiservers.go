@@ -171,30 +171,3 @@ func (f *Fleet) Stop() {
 		delete(f.members, id)
 	}
 }
-
-// Join runs several measurements of one apiserver as one.
-func Join(ms ...Measurement) Measurement { return joined(ms) }
-
-type joined []Measurement
-
-func (j joined) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, m := range j {
-		wg.Go(func() { m.Run(ctx) })
-	}
-	wg.Wait()
-}
-
-func (j joined) Ready() error {
-	var errs []error
-	for _, m := range j {
-		errs = append(errs, m.Ready())
-	}
-	return errors.Join(errs...)
-}
-
-func (j joined) Unregister() {
-	for _, m := range j {
-		m.Unregister()
-	}
-}

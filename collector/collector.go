@@ -51,6 +51,8 @@ type Config struct {
 	NotReadyAfter time.Duration
 	// HistoryWindow is the apiserver's, for the prediction (75 s default).
 	HistoryWindow time.Duration
+	// Resources: other resources whose windows to measure too.
+	Resources ResourcesConfig
 }
 
 // farTooOldRV is older than any watch cache's history: the apiserver answers
@@ -71,6 +73,7 @@ type Collector struct {
 	prober *Prober
 
 	plain, bookmarks *watcher
+	resources        *resourceWindows // nil without Config.Resources
 	latestBookmarkRV atomic.Uint64
 
 	// Owned by Run's goroutine.
@@ -145,6 +148,12 @@ func New(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, hi
 	// taking it is seen at once, not at the next touch.
 	c.plain.onChange = store.Observe
 	c.bookmarks = newWatcher(WatcherBookmarks, true)
+	if len(cfg.Resources.Resources) > 0 {
+		if cfg.Resources.Interval <= 0 || cfg.Resources.Client == nil {
+			return nil, errors.New("Resources needs an Interval and a Client")
+		}
+		c.resources = newResourceWindows(cfg.Resources, c.m.windows, hist, rec, log.WithName("resources"))
+	}
 	return c, nil
 }
 
@@ -199,6 +208,9 @@ func (c *Collector) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { c.plain.run(ctx, rv) })
 	wg.Go(func() { c.bookmarks.run(ctx, rv) })
+	if c.resources != nil {
+		wg.Go(func() { c.resources.Run(ctx) })
+	}
 	defer wg.Wait()
 	c.lastSuccess = time.Now()
 	wait.NonSlidingUntilWithContext(ctx, c.probe, c.cfg.ProbeInterval)
@@ -318,24 +330,27 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 		c.stale = false
 		c.log.Info("window probe answers again")
 	}
-	known := window.Outcome == Expired && window.Refusal.Oldest != 0
+	// Served from RV 1: the cache was built at RV 1 or less and has dropped
+	// nothing yet (a young cluster); its window is at least the clock's.
+	oldest := window.Refusal.Oldest
+	if window.Outcome == OK {
+		oldest = 1
+	}
+	known := oldest != 0
 	if known != c.windowKnown {
 		c.windowKnown = known
 		if known {
-			c.log.Info("the window is known: the apiserver names its oldest resourceVersion", "oldestResourceVersion", window.Refusal.Oldest)
+			c.log.Info("the window is known: the apiserver names its oldest resourceVersion, or serves RV 1", "oldestResourceVersion", oldest)
 		} else {
-			// The apiserver served RV 1 (its cache was built at RV 1 or
-			// less and has dropped nothing yet: a new cluster), or refused
-			// it without naming its oldest RV (etcd compaction: the watch
-			// cache is off for configmaps).
-			c.log.Info("the window is unknown: the apiserver does not name its oldest resourceVersion", "probe", window.Outcome.String(), "source", window.Refusal.Source)
+			// Refused without naming its oldest RV (etcd compaction: the
+			// watch cache is off for configmaps).
+			c.log.Info("the window is unknown: the apiserver does not name its oldest resourceVersion", "source", window.Refusal.Source)
 		}
 	}
 	if !known {
 		c.setWindowUnknown()
 		return false
 	}
-	oldest := window.Refusal.Oldest
 	reset = c.checkReset(oldest, snap.Newest)
 	c.m.oldestRV.Set(float64(oldest))
 	if c.cycle.active {

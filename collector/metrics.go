@@ -30,11 +30,22 @@ const (
 	HelpWindowLowerBound       = "1 when watchcache_window_seconds is only a lower bound (the window is at least that long): the oldest resourceVersion is older than anything the exporter's RV clock remembers, as for a quiet resource or a young exporter."
 )
 
-// cmGauge is a window gauge of the ConfigMap measurement.
-func cmGauge(f promauto.Factory, name, help string) prometheus.Gauge {
-	o := promopts.Gauge(name, help)
-	o.ConstLabels = prometheus.Labels{"group": "", "resource": "configmaps"}
-	return f.NewGauge(o)
+// windowVecs are the window series of one apiserver, every resource's: the
+// ConfigMap measurement's and ResourceWindows' share them.
+type windowVecs struct {
+	seconds, rvs, oldest, lower *prometheus.GaugeVec
+}
+
+func newWindowVecs(f promauto.Factory) windowVecs {
+	gv := func(name, help string) *prometheus.GaugeVec {
+		return f.NewGaugeVec(promopts.Gauge(name, help), []string{"group", "resource"})
+	}
+	return windowVecs{
+		seconds: gv("window_seconds", HelpWindowSeconds),
+		rvs:     gv("window_resource_versions", HelpWindowResourceVersions),
+		oldest:  gv("oldest_resource_version", HelpOldestResourceVersion),
+		lower:   gv("window_lower_bound", HelpWindowLowerBound),
+	}
 }
 
 // Metrics are one apiserver's series; see the README for what each tells an
@@ -49,6 +60,7 @@ type Metrics struct {
 	distance            prometheus.Histogram
 	distanceLast        prometheus.Gauge
 	distanceLive        prometheus.Gauge
+	windows             windowVecs
 	windowSeconds       prometheus.Gauge
 	windowRVs           prometheus.Gauge
 	oldestRV            prometheus.Gauge
@@ -79,6 +91,7 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return f.NewCounterVec(promopts.Counter(name, help), labels)
 	}
+	windows := newWindowVecs(f)
 	m := &Metrics{
 		registered: reg,
 		firstBookmark: f.NewHistogram(promopts.Histogram("first_bookmark_seconds",
@@ -92,12 +105,13 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 		expiryLast: g("expiry_last_seconds", "The last observation of watchcache_expiry_seconds."),
 		distance: f.NewHistogram(promopts.Histogram("stale_distance_resource_versions",
 			"At each first 410: the watch cache's oldest servable resourceVersion minus the refused one.", distanceBuckets)),
-		distanceLast: g("stale_distance_last_resource_versions", "The last observation of watchcache_stale_distance_resource_versions."),
-		distanceLive: g("stale_distance_live_resource_versions", "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."),
-		windowSeconds:     cmGauge(f, "window_seconds", HelpWindowSeconds),
-		windowRVs:         cmGauge(f, "window_resource_versions", HelpWindowResourceVersions),
-		oldestRV:          cmGauge(f, "oldest_resource_version", HelpOldestResourceVersion),
-		windowLowerBound:  cmGauge(f, "window_lower_bound", HelpWindowLowerBound),
+		distanceLast:      g("stale_distance_last_resource_versions", "The last observation of watchcache_stale_distance_resource_versions."),
+		distanceLive:      g("stale_distance_live_resource_versions", "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."),
+		windows:           windows,
+		windowSeconds:     windows.seconds.WithLabelValues("", "configmaps"),
+		windowRVs:         windows.rvs.WithLabelValues("", "configmaps"),
+		oldestRV:          windows.oldest.WithLabelValues("", "configmaps"),
+		windowLowerBound:  windows.lower.WithLabelValues("", "configmaps"),
 		newestRV:          g("newest_resource_version", "The newest resourceVersion the exporter had seen written when the window probe was answered."),
 		estimatedCapacity: g("estimated_capacity_events", "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."),
 		lastProbeSuccess:  g("last_probe_success_timestamp_seconds", "When the window probe last got an answer from this apiserver (Unix time)."),

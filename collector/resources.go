@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,8 +26,14 @@ import (
 // probe watch sends nothing.
 const NoSuchName = "watchcache-exporter/no-such-name"
 
-// ResourcesConfig of ResourceWindows.
+// ResourcesConfig says which resources' windows a Collector measures
+// besides the ConfigMaps', and how.
 type ResourcesConfig struct {
+	// Resources to measure; configmaps are left out (the quiet ConfigMap's
+	// probes measure them).
+	Resources []resources.Resource
+	// Client reaches the same apiserver as the Collector's.
+	Client dynamic.Interface
 	// Interval between two probes of each resource.
 	Interval time.Duration
 	// Settle: how long a probe waits for a 410 before it calls RV 1 served.
@@ -44,7 +51,7 @@ type ResourcesConfig struct {
 // A resource whose cache is off is refused by etcd instead, which names no
 // O: the oldest revision etcd has kept is then found by bisection, once per
 // compaction.
-type ResourceWindows struct {
+type resourceWindows struct {
 	cfg       ResourcesConfig
 	resources []resources.Resource
 	probers   []*Prober
@@ -64,12 +71,12 @@ type resourceMetrics struct {
 	windowSeconds, windowRVs, oldestRV, lowerBound, cacheOn *prometheus.GaugeVec
 	errors                                                  *prometheus.CounterVec
 	searchProbes                                            prometheus.Counter
-	registered                                              *recordingRegisterer
 }
 
-// NewResourceWindows measures rs on the apiserver client reaches; its series
-// go to reg, which names the apiserver.
-func NewResourceWindows(cfg ResourcesConfig, client dynamic.Interface, rs []resources.Resource, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *ResourceWindows {
+// newResourceWindows measures cfg.Resources; windows are the Collector's
+// window series, the others go to reg.
+func newResourceWindows(cfg ResourcesConfig, windows windowVecs, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *resourceWindows {
+	rs := slices.DeleteFunc(slices.Clone(cfg.Resources), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
 	if cfg.Settle <= 0 {
 		cfg.Settle = 250 * time.Millisecond
 	}
@@ -79,20 +86,18 @@ func NewResourceWindows(cfg ResourcesConfig, client dynamic.Interface, rs []reso
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 3
 	}
-	rec := &recordingRegisterer{Registerer: reg}
-	f := promauto.With(rec)
+	f := promauto.With(reg)
 	labels := []string{"group", "resource"}
 	gv := func(name, help string) *prometheus.GaugeVec { return f.NewGaugeVec(promopts.Gauge(name, help), labels) }
-	w := &ResourceWindows{
+	w := &resourceWindows{
 		cfg: cfg, resources: rs, hist: hist, log: log,
 		errLog:      ratelog.New(log, 30*time.Second, time.Now),
 		failedSince: make([]time.Time, len(rs)),
 		m: resourceMetrics{
-			registered:    rec,
-			windowSeconds: gv("window_seconds", HelpWindowSeconds),
-			windowRVs:     gv("window_resource_versions", HelpWindowResourceVersions),
-			oldestRV:      gv("oldest_resource_version", HelpOldestResourceVersion),
-			lowerBound:    gv("window_lower_bound", HelpWindowLowerBound),
+			windowSeconds: windows.seconds,
+			windowRVs:     windows.rvs,
+			oldestRV:      windows.oldest,
+			lowerBound:    windows.lower,
 			cacheOn: gv("resource_watch_cache_enabled",
 				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."),
 			errors: f.NewCounterVec(promopts.Counter("resource_probe_errors_total",
@@ -103,7 +108,7 @@ func NewResourceWindows(cfg ResourcesConfig, client dynamic.Interface, rs []reso
 	}
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", NoSuchName).String()}
 	for _, r := range rs {
-		w.probers = append(w.probers, NewWatchProber(client.Resource(r.GVR()).Watch, opts, cfg.Settle))
+		w.probers = append(w.probers, NewWatchProber(cfg.Client.Resource(r.GVR()).Watch, opts, cfg.Settle))
 		for _, g := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound, w.m.cacheOn} {
 			g.WithLabelValues(r.Group, r.Resource).Set(nan)
 		}
@@ -113,12 +118,12 @@ func NewResourceWindows(cfg ResourcesConfig, client dynamic.Interface, rs []reso
 }
 
 // Run probes every interval until ctx ends.
-func (w *ResourceWindows) Run(ctx context.Context) {
+func (w *resourceWindows) Run(ctx context.Context) {
 	wait.NonSlidingUntilWithContext(ctx, w.round, w.cfg.Interval)
 }
 
 // round probes every resource once, Parallel at a time.
-func (w *ResourceWindows) round(ctx context.Context) {
+func (w *resourceWindows) round(ctx context.Context) {
 	results := make([]ProbeResult, len(w.resources))
 	sem := make(chan struct{}, w.cfg.Parallel)
 	var wg sync.WaitGroup
@@ -145,7 +150,7 @@ func (w *ResourceWindows) round(ctx context.Context) {
 }
 
 // record sets one resource's gauges from its probe's answer.
-func (w *ResourceWindows) record(i int, r resources.Resource, res ProbeResult) {
+func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 	g, rs := r.Group, r.Resource
 	if res.Outcome == Error {
 		w.m.errors.WithLabelValues(g, rs, reason(res.Err)).Inc()
@@ -193,7 +198,7 @@ func (w *ResourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 	w.m.lowerBound.WithLabelValues(g, rs).Set(lower)
 }
 
-func (w *ResourceWindows) setUnknown(r resources.Resource) {
+func (w *resourceWindows) setUnknown(r resources.Resource) {
 	for _, gv := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound} {
 		gv.WithLabelValues(r.Group, r.Resource).Set(nan)
 	}
@@ -204,7 +209,7 @@ func (w *ResourceWindows) setUnknown(r resources.Resource) {
 // resource. Compaction only moves forward: while the last one found is
 // served, it still holds (its predecessor was refused); once refused, the
 // new one lies between it and the newest RV, found by bisection.
-func (w *ResourceWindows) searchEtcd(ctx context.Context, p *Prober) {
+func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober) {
 	served := func(rv uint64) (ok, known bool) {
 		w.m.searchProbes.Inc()
 		r := p.Probe(ctx, strconv.FormatUint(rv, 10))
@@ -253,16 +258,4 @@ func (w *ResourceWindows) searchEtcd(ctx context.Context, p *Prober) {
 		w.log.V(1).Info("etcd's oldest revision found, for resources whose watch cache is off", "oldestResourceVersion", hi)
 	}
 	w.etcd.oldest = hi
-}
-
-// Ready never fails: a resource that cannot be probed is reported in its
-// series and logs, and the ConfigMap measurement says whether the apiserver
-// answers at all.
-func (w *ResourceWindows) Ready() error { return nil }
-
-// Unregister removes these series.
-func (w *ResourceWindows) Unregister() {
-	for _, c := range w.m.registered.collectors {
-		w.m.registered.Unregister(c)
-	}
 }

@@ -3,9 +3,9 @@ package resources_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
-	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -308,6 +308,7 @@ func TestResourcesAtStart(t *testing.T) {
 	exp.WaitFor(t, time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
 		got := map[string]bool{}
 		finite := 0
+		var none []string
 		for _, x := range m["watchcache_window_seconds"].GetMetric() {
 			var g, r string
 			for _, l := range x.GetLabel() {
@@ -321,6 +322,8 @@ func TestResourcesAtStart(t *testing.T) {
 			got[g+"/"+r] = true
 			if v := x.GetGauge().GetValue(); !math.IsNaN(v) && v > 0 {
 				finite++
+			} else {
+				none = append(none, fmt.Sprintf("%s/%s=%v", g, r, v))
 			}
 			if on, err := m.Get("watchcache_resource_watch_cache_enabled", "group", g, "resource", r); err == nil && on != 1 && !math.IsNaN(on) {
 				t.Errorf("%s/%s: watch_cache_enabled %v, want 1", g, r, on)
@@ -330,7 +333,7 @@ func TestResourcesAtStart(t *testing.T) {
 			t.Logf("measured %d resources, discovery lists %d", len(got), len(want))
 			return false
 		}
-		t.Logf("%d resources measured, %d with a window", len(got), finite)
+		t.Logf("%d resources measured, %d with a window; without: %v", len(got), finite, none)
 		return finite == len(got)
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,12 +22,12 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	apiversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -92,9 +91,9 @@ type parts struct {
 	// The resources of --resources, and their object counts.
 	resources []resources.Resource
 	objects   *resources.Objects
-	page   *status.Page
-	mux    http.Handler
-	probes http.Handler // the probes alone, for --web.probe-address
+	page      *status.Page
+	mux       http.Handler
+	probes    http.Handler // the probes alone, for --web.probe-address
 	// Either discovery finds the apiservers, or they are fixed.
 	discovery discoveryv1client.EndpointSlicesGetter
 	endpoints []apiservers.Endpoint
@@ -195,28 +194,23 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		if err != nil {
 			return nil, err
 		}
-		epReg := prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg)
-		epLog := log.WithName("collector").WithValues("apiserver", ep.ID)
-		c, err := collector.New(collector.Config{
+		var res collector.ResourcesConfig
+		if len(p.resources) > 0 {
+			epRes := rest.CopyConfig(resCfg)
+			epRes.Host, epRes.ServerName = epCfg.Host, epCfg.ServerName
+			if res.Client, err = dynamic.NewForConfig(epRes); err != nil {
+				return nil, err
+			}
+			res.Resources, res.Interval = p.resources, cfg.resourcesIvl
+		}
+		return collector.New(collector.Config{
 			Namespace:     cfg.namespace,
 			QuietName:     cfg.quietName,
 			ProbeInterval: cfg.probeInterval,
 			HistoryWindow: cfg.historyWindow,
-		}, epCore, p.store, p.hist, p.rates.Rate, epReg, epLog)
-		if err != nil || len(p.resources) == 0 {
-			return c, err
-		}
-		epRes := rest.CopyConfig(resCfg)
-		epRes.Host, epRes.ServerName = epCfg.Host, epCfg.ServerName
-		dyn, err := dynamic.NewForConfig(epRes)
-		if err != nil {
-			c.Unregister()
-			return nil, err
-		}
-		// The quiet ConfigMap's probes measure configmaps already.
-		windows := slices.DeleteFunc(slices.Clone(p.resources), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
-		return apiservers.Join(c, collector.NewResourceWindows(collector.ResourcesConfig{Interval: cfg.resourcesIvl},
-			dyn, windows, p.hist, epReg, epLog.WithName("resources"))), nil
+			Resources:     res,
+		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
+			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, log.WithName("apiservers"))
 	if len(p.resources) > 0 {
 		mc, err := metadata.NewForConfig(resCfg)
