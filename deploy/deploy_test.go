@@ -35,7 +35,7 @@ import (
 
 const ns = "watchcache-exporter"
 
-var components = []string{"prometheus-operator", "discovery", "apf", "grafana-dashboards"}
+var components = []string{"prometheus-operator", "discovery", "apf", "grafana-dashboards", "resources", "resources-all"}
 
 // render builds deploy/base with the given components through an overlay in
 // a copy of deploy/.
@@ -234,6 +234,84 @@ func TestDeploy(t *testing.T) {
 			}
 		}
 	})
+
+	for _, comp := range []string{"resources", "resources-all"} {
+		t.Run("component "+comp+": the exporter works with its ClusterRole, and needs each rule", func(t *testing.T) {
+			objs := render(t, comp)
+			cr := find[rbacv1.ClusterRole](t, objs, "ClusterRole")
+			crb := find[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding")
+			if _, err := cs.RbacV1().ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{})
+				_ = cs.RbacV1().ClusterRoles().Delete(ctx, cr.Name, metav1.DeleteOptions{})
+			}()
+			dep := find[appsv1.Deployment](t, objs, "Deployment")
+			args := append(slices.Clone(dep.Spec.Template.Spec.Containers[0].Args), "--namespace="+ns, "--load.rate=0", "--resources.interval=2s")
+			e := exportertest.Start(t, saCfg, args...)
+			e.WaitFor(t, time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
+				n := 0
+				for _, x := range m["watchcache_window_seconds"].GetMetric() {
+					if v := x.GetGauge().GetValue(); v > 0 {
+						n++
+					}
+				}
+				// configmaps, and the three of the component or all.
+				return n >= 4 && len(m["watchcache_window_seconds"].GetMetric()) == n
+			})
+			m := e.Scrape(t)
+			if errs := m.Samples("watchcache_resource_probe_errors_total", "resource"); len(errs) > 0 {
+				t.Errorf("probe errors under the component's ClusterRole: %v", errs)
+			}
+			if errs := m.Samples("watchcache_resource_objects_errors_total", "resource"); len(errs) > 0 {
+				t.Errorf("object count errors under the component's ClusterRole: %v", errs)
+			}
+			e.Stop(t)
+			for i, rule := range cr.Rules {
+				reduced, err := cs.RbacV1().ClusterRoles().Get(ctx, cr.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reduced.Rules = slices.Delete(slices.Clone(cr.Rules), i, i+1)
+				if _, err := cs.RbacV1().ClusterRoles().Update(ctx, reduced, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				var wants []string
+				if rule.Resources[0] == "*" {
+					wants = []string{"--resources=all: list apiservices.apiregistration.k8s.io", "forbidden"}
+				} else {
+					resource := rule.Resources[0]
+					if rule.APIGroups[0] != "" {
+						resource += "." + rule.APIGroups[0]
+					}
+					for _, v := range rule.Verbs {
+						wants = append(wants, fmt.Sprintf("%s %s cluster-wide", v, resource))
+					}
+				}
+				var out string
+				for range 50 { // the authorizer sees the new ClusterRole within moments
+					var code int
+					if code, out = exportertest.RunToExit(t, saCfg, args...); code == 1 && strings.Contains(out, wants[0]) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				for _, want := range wants {
+					if !strings.Contains(out, want) {
+						t.Errorf("without rule %d (%v %v %v): output %q, want %q", i, rule.APIGroups, rule.Resources, rule.Verbs, out, want)
+					}
+				}
+				if _, err := cs.RbacV1().ClusterRoles().Update(ctx, cr.DeepCopy(), metav1.UpdateOptions{}); err != nil {
+					// cr has no resourceVersion: an unconditional update.
+					t.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // applyRBAC creates the base's ServiceAccount, Role and RoleBinding (idempotent)
