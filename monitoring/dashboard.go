@@ -23,6 +23,7 @@ func quantile(q, metric, selector, by string) string {
 type target struct {
 	expr, legend string
 	heatmap      bool
+	table        bool // an instant query in table format
 }
 
 type panel struct {
@@ -34,14 +35,26 @@ type panel struct {
 	rightUnit string
 	options   obj
 	transform []obj
+	// row starts a row of the panels after it; repeat repeats the row for
+	// each value of that variable (none: no row).
+	row    bool
+	repeat string
 }
+
+// cm selects the ConfigMap measurement's window series among every
+// resource's.
+const cm = `,resource="configmaps"`
+
+// selRes is selAS for the chosen resource.
+const selRes = selAS + `,resource=~"$resource"`
 
 func panels() []panel {
 	return []panel{
+		{title: "ConfigMaps: the measured load", row: true},
 		{title: "History window against write rate", kind: "timeseries", unit: "s", rightUnit: "wps", w: 24, h: 9,
 			description: "How long the watch cache keeps its history (measured per apiserver, and as the apiserver's sizing rules predict at the measured write rate), against the write rate on the right axis. A client disconnected for longer than the window must relist. The sawtooth between 75 s and 150 s, and the jump after a rate drop, are the cache's ring buffer doubling and halving.",
 			targets: []target{
-				{expr: `watchcache_window_seconds{` + selAS + `}`, legend: "window {{apiserver}}"},
+				{expr: `watchcache_window_seconds{` + selAS + cm + `}`, legend: "window {{apiserver}}"},
 				{expr: `watchcache_predicted_window_seconds{` + selAS + `}`, legend: "predicted window {{apiserver}}"},
 				{expr: `watchcache_measured_writes_per_second{` + sel + `}`, legend: "rate: writes/s ({{source}})"},
 				{expr: `watchcache_load_target_writes_per_second{` + sel + `}`, legend: "rate: target writes/s"},
@@ -50,14 +63,14 @@ func panels() []panel {
 			description: "Each point is one moment: the exporter's write rate (x) and the measured window (y). At steady rates the points lie on capacity/rate curves, one per ring-buffer size.",
 			targets: []target{
 				{expr: `max(watchcache_measured_writes_per_second{` + sel + `,source="exporter"})`, legend: "writes/s"},
-				{expr: `max(watchcache_window_seconds{` + selAS + `})`, legend: "window"},
+				{expr: `max(watchcache_window_seconds{` + selAS + cm + `})`, legend: "window"},
 			},
 			transform: []obj{{"id": "joinByField", "options": obj{"byField": "Time", "mode": "inner"}}},
 			options:   obj{"mapping": "auto", "series": []obj{{"x": obj{"matcher": obj{"id": "byName", "options": "writes/s"}}, "y": obj{"matcher": obj{"id": "byName", "options": "window"}}}}}},
 		{title: "Window in resourceVersions", kind: "timeseries", unit: "short", w: 12, h: 9,
 			description: "Newest RV minus the cache's oldest: the window counted in writes. With the exporter as the only ConfigMap writer it equals the cache's capacity, which estimated_capacity_events (its own writes in the window) bounds from below.",
 			targets: []target{
-				{expr: `watchcache_window_resource_versions{` + selAS + `}`, legend: "window RVs {{apiserver}}"},
+				{expr: `watchcache_window_resource_versions{` + selAS + cm + `}`, legend: "window RVs {{apiserver}}"},
 				{expr: `watchcache_estimated_capacity_events{` + selAS + `}`, legend: "estimated capacity {{apiserver}}"},
 				{expr: `watchcache_predicted_capacity_events{` + selAS + `}`, legend: "predicted capacity {{apiserver}}"},
 			}},
@@ -115,6 +128,36 @@ func panels() []panel {
 				{expr: `sum by (operation, reason) (rate(watchcache_api_errors_total{` + selAS + `}[$__rate_interval]))`, legend: "{{operation}} {{reason}}"},
 				{expr: `sum by (result) (rate(watchcache_load_writes_total{` + sel + `,result!="ok"}[$__rate_interval]))`, legend: "load {{result}}"},
 			}},
+		{title: "Every resource's window (--resources)", row: true},
+		{title: "Windows of every resource, shortest first", kind: "table", w: 12, h: 12,
+			description: "Per resource: the shortest window over the apiservers (an informer of it that stays disconnected longer relists), whether that is only a lower bound (1: the exporter's RV clock does not reach back to the cache's oldest event; the window is at least this), the objects a relist fetches, and the apiserver's watch cache capacity in events where Prometheus scrapes the apiservers.",
+			targets: []target{
+				{expr: `min by (group, resource) (watchcache_window_seconds{` + selAS + `})`, table: true},
+				{expr: `max by (group, resource) (watchcache_window_lower_bound{` + selAS + `})`, table: true},
+				{expr: `max by (group, resource) (watchcache_resource_objects{` + sel + `})`, table: true},
+				{expr: `max by (group, resource) (watch_cache_capacity{job=~"$apiserver_job"})`, table: true},
+			},
+			transform: []obj{
+				{"id": "merge", "options": obj{}},
+				{"id": "organize", "options": obj{"excludeByName": obj{"Time": true},
+					"renameByName": obj{"Value #A": "window", "Value #B": "lower bound", "Value #C": "objects", "Value #D": "capacity (events)"}}},
+				{"id": "sortBy", "options": obj{"sort": []obj{{"field": "window", "desc": false}}}},
+			},
+			options: obj{"showHeader": true}},
+		{title: "Window of $resource against its write rate", kind: "timeseries", unit: "s", rightUnit: "wps", w: 12, h: 12,
+			description: "The chosen resource's window per apiserver, against its write rate on the right: the events its watch cache received per second (where Prometheus scrapes the apiservers), and how fast the exporter saw the cache's oldest RV advance (RVs count every write in the cluster, so this is the cluster's write rate, one window late). The window is capacity / rate: it halves when the rate doubles, until the cache doubles its capacity.",
+			targets: []target{
+				{expr: `watchcache_window_seconds{` + selRes + `}`, legend: "window {{apiserver}} {{resource}}"},
+				{expr: `sum by (resource) (rate(apiserver_watch_cache_events_received_total{job=~"$apiserver_job",resource=~"$resource"}[$__rate_interval]))`, legend: "rate: events/s {{resource}} (apiserver)"},
+				{expr: `rate(watchcache_oldest_resource_version{` + selRes + `}[$__rate_interval])`, legend: "rate: oldest RV advance/s {{apiserver}} {{resource}}"},
+			}},
+		{title: "Relists against windows (apiserver job $apiserver_job)", row: true, repeat: "apiserver_job"},
+		{title: "LIST rate against each resource's window", kind: "timeseries", unit: "s", rightUnit: "reqps", w: 24, h: 10,
+			description: "Relist storms next to the windows that cause them: each resource's LIST requests per second from apiserver_request_total (the exporter's own object counts add one per resource and --resources.interval), and its shortest window. A LIST rate that jumps while a window is short is informers relisting after 410 Gone. Shown where Prometheus scrapes the apiservers (the apiserver job variable).",
+			targets: []target{
+				{expr: `min by (group, resource) (watchcache_window_seconds{` + selRes + `})`, legend: "window {{resource}}.{{group}}"},
+				{expr: `sum by (group, resource) (rate(apiserver_request_total{job=~"$apiserver_job",verb="LIST",resource=~"$resource"}[$__rate_interval]))`, legend: "rate: LIST/s {{resource}}.{{group}}"},
+			}},
 	}
 }
 
@@ -124,6 +167,19 @@ func Dashboard() obj {
 	var out []obj
 	x, y, rowH := 0, 0, 0
 	for i, p := range panels() {
+		if p.row {
+			if x > 0 {
+				x, y, rowH = 0, y+rowH, 0
+			}
+			r := obj{"id": i + 1, "type": "row", "title": p.title, "collapsed": false, "panels": []obj{},
+				"gridPos": obj{"x": 0, "y": y, "w": 24, "h": 1}}
+			if p.repeat != "" {
+				r["repeat"] = p.repeat
+			}
+			out = append(out, r)
+			y++
+			continue
+		}
 		if x+p.w > 24 {
 			x, y, rowH = 0, y+rowH, 0
 		}
@@ -132,6 +188,9 @@ func Dashboard() obj {
 			tt := obj{"datasource": ds, "expr": t.expr, "legendFormat": t.legend, "refId": string(rune('A' + j)), "range": true}
 			if t.heatmap {
 				tt["format"] = "heatmap"
+			}
+			if t.table {
+				tt["format"], tt["instant"], tt["range"] = "table", true, false
 			}
 			targets = append(targets, tt)
 		}
@@ -164,6 +223,11 @@ func Dashboard() obj {
 		}
 		return v
 	}
+	// The job under which Prometheus scrapes the apiservers (kube-prometheus-
+	// stack: apiserver); without one, the row that needs it has no repeat
+	// and is not shown.
+	apiserverJob := variable("apiserver_job", "Apiserver job", `label_values(apiserver_request_total, job)`, false)
+	apiserverJob["description"] = "The Prometheus job that scrapes the kube-apiservers' /metrics, for the capacity column and the LIST-rate row; none hides them."
 	return obj{
 		"title":         "Kubernetes watch cache history",
 		"uid":           "watchcache-exporter",
@@ -180,6 +244,8 @@ func Dashboard() obj {
 			variable("job", "Job", `label_values(watchcache_exporter_build_info, job)`, true),
 			variable("instance", "Instance", `label_values(watchcache_exporter_build_info{job=~"$job"}, instance)`, true),
 			variable("apiserver", "Apiserver", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, apiserver)`, true),
+			variable("resource", "Resource", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, resource)`, true),
+			apiserverJob,
 		}},
 	}
 }
@@ -189,7 +255,7 @@ func Dashboard() obj {
 func DashboardQueries() []string {
 	var qs []string
 	for _, p := range panels() {
-		for _, t := range p.targets {
+		for _, t := range p.targets { // rows have none
 			qs = append(qs, t.expr)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/prometheus/promql/parser"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/watchcache/watchcache-exporter/collector"
@@ -22,6 +24,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
+	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 )
 
@@ -50,7 +53,10 @@ func registeredNames(t *testing.T) map[string]bool {
 	hist := rvclock.NewHistory(10)
 	rates := rvclock.NewRates(hist, false, time.Second, rec)
 	store := owned.NewStore("ns", "q", rec, logr.Discard(), time.Now)
-	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,
+	res := collector.ResourcesConfig{Resources: []resources.Resource{{Version: "v1", Resource: "pods"}}, Interval: time.Second,
+		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
+	resources.NewObjects(nil, res.Resources, hist, rec, logr.Discard())
+	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,
 		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +68,17 @@ func registeredNames(t *testing.T) map[string]bool {
 	}
 	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))
 	names := map[string]bool{"up": true} // Prometheus' own
+	// The apiserver's own, for the panels that need Prometheus to scrape it.
+	for _, n := range []string{"watch_cache_capacity", "apiserver_watch_cache_events_received_total", "apiserver_request_total"} {
+		names[n] = true
+	}
+	for _, g := range Rules().Groups {
+		for _, r := range g.Rules {
+			names[r.Record] = r.Record != ""
+		}
+	}
+	// Users' own thresholds of WatchCacheResourceWindowShort (README).
+	names["watchcache:resource_window_threshold_seconds"] = true
 	for _, n := range rec.names {
 		names[n] = true
 	}
@@ -108,7 +125,7 @@ func allQueries() map[string]string {
 }
 
 // Grafana's variables, as a test fills them in.
-var variables = strings.NewReplacer("$__rate_interval", "1m", "$job", ".+", "$instance", ".+", "$apiserver", ".+")
+var variables = strings.NewReplacer("$__rate_interval", "1m", "$job", ".+", "$instance", ".+", "$apiserver_job", "apiserver", "$apiserver", ".+", "$resource", ".+")
 
 func TestQueriesParseAndNameRegisteredMetrics(t *testing.T) {
 	names := registeredNames(t)

@@ -36,7 +36,7 @@ func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
 		// and the prediction following it.
 		load = "--load.schedule=40:150s,100:10m"
 	}
-	exp := exportertest.Start(t, c.AdminConfig(), "--namespace=watchcache", load)
+	exp := exportertest.Start(t, c.AdminConfig(), "--namespace=watchcache", load, "--resources=pods,leases.coordination.k8s.io", "--resources.interval=2s")
 	rules, err := filepath.Abs("rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,14 @@ scrape_configs:
   - job_name: watchcache-exporter
     static_configs:
       - targets: [%q]
-`, rules, exp.Addr))
+  # As kube-prometheus-stack's apiserver job, for the panels that need it.
+  - job_name: apiserver
+    scheme: https
+    tls_config: {ca_file: %q}
+    authorization: {credentials: %q}
+    static_configs:
+      - targets: [%q]
+`, rules, exp.Addr, c.CAFile(), c.AdminConfig().BearerToken, strings.TrimPrefix(c.APIServer().URL(), "https://")))
 	start := time.Now()
 
 	// An apiserver restart: probes fail, watchers relist, the cycle's

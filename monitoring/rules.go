@@ -4,6 +4,7 @@
 package monitoring
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -69,13 +70,26 @@ func anchor(name string) string {
 // informer's newest RV expire between two BOOKMARKs.
 const BookmarkPeriodSeconds = 65
 
+// resourceWindowShort: the windows of --resources (configmaps are
+// WatchCacheWindowShorterThanBookmarkPeriod's) that are more than lower
+// bounds, under the resource's own threshold where a rule gives one, else
+// under the default.
+var resourceWindowShort = func() string {
+	w := `min by (job, apiserver, group, resource) (watchcache_window_seconds{resource!="configmaps"} unless on (job, instance, apiserver, group, resource) (watchcache_window_lower_bound == 1))`
+	return `(` + w + ` < on (group, resource) group_left () max by (group, resource) (watchcache:resource_window_threshold_seconds))` +
+		` or ((` + w + ` unless on (group, resource) watchcache:resource_window_threshold_seconds) < on () group_left () max(watchcache:resource_window_threshold_seconds:default))`
+}()
+
 // Rules are the alert and recording rules.
 func Rules() RuleFile {
 	return RuleFile{Groups: []RuleGroup{
 		{
 			Name: "watchcache-exporter.recording",
 			Rules: []Rule{
-				{Record: "apiserver:watchcache_window_seconds:min10m", Expr: `min by (job, apiserver) (min_over_time(watchcache_window_seconds[10m]))`},
+				{Record: "apiserver:watchcache_window_seconds:min10m", Expr: `min by (job, apiserver) (min_over_time(watchcache_window_seconds{resource="configmaps"}[10m]))`},
+				// WatchCacheResourceWindowShort's threshold: this default, or a
+				// rule of the same name with group and resource labels.
+				{Record: "watchcache:resource_window_threshold_seconds:default", Expr: "vector(" + strconv.Itoa(BookmarkPeriodSeconds) + ")"},
 				{Record: "job:watchcache_load_writes:rate5m", Expr: `sum by (job, result) (rate(watchcache_load_writes_total[5m]))`},
 				{Record: "apiserver:watchcache_expiry_seconds:p50_1h", Expr: `histogram_quantile(0.5, sum by (job, apiserver, le) (rate(watchcache_expiry_seconds_bucket[1h]))) or histogram_quantile(0.5, sum by (job, apiserver) (rate(watchcache_expiry_seconds[1h])))`},
 			},
@@ -84,9 +98,13 @@ func Rules() RuleFile {
 			Name: "watchcache-exporter.alerts",
 			Rules: []Rule{
 				alert("WatchCacheWindowShorterThanBookmarkPeriod",
-					`min by (job, apiserver) (watchcache_window_seconds) < 65`, 10*time.Minute, "warning",
+					`min by (job, apiserver) (watchcache_window_seconds{resource="configmaps"}) < 65`, 10*time.Minute, "warning",
 					"The watch cache of {{ $labels.apiserver }} keeps less history than the time between two BOOKMARKs.",
 					"The window is {{ $value | humanizeDuration }}. An informer that reconnects after missing one BOOKMARK (about 60 s) now gets 410 Gone and relists everything."),
+				alert("WatchCacheResourceWindowShort",
+					resourceWindowShort, 15*time.Minute, "warning",
+					"The watch cache of {{ $labels.resource }}{{ if $labels.group }}.{{ $labels.group }}{{ end }} on {{ $labels.apiserver }} keeps only {{ $value | humanizeDuration }} of history.",
+					"Informers of this resource that stay disconnected longer (an apiserver rollout, a network blip, a slow consumer) get 410 Gone and relist every object (see watchcache_resource_objects). The threshold is watchcache:resource_window_threshold_seconds for this resource, else its :default."),
 				alert("WatchCacheBookmarksStopped",
 					`sum by (job, apiserver) (increase(watchcache_watch_events_total{watcher="bookmarks",type="BOOKMARK"}[5m])) == 0 and on (job, apiserver) min by (job, apiserver) (watchcache_watch_open{watcher="bookmarks"}) == 1`, 10*time.Minute, "warning",
 					"No BOOKMARK from {{ $labels.apiserver }} for 15 minutes on an open watch.",

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,7 @@ var (
 	steadyDur = flag.Duration("steady-duration", 3*time.Minute, "measuring time of each footprint point")
 	soakDur   = flag.Duration("soak-duration", 30*time.Minute, "length of the soak at 100 writes/s (0: none)")
 	fakeAddr  = flag.String("fake-apiserver", "", "internal: serve fake patches on this address and exit")
+	only      = flag.String("only", "", "run one section and put it into the existing report instead of writing a new one: resources")
 )
 
 const ns = "bench"
@@ -123,6 +125,16 @@ func run(ctx context.Context) error {
 		return err
 	}
 	var r report
+	switch *only {
+	case "":
+	case "resources":
+		if err := resourcesCost(ctx, &r, c, exe, kubeconfig); err != nil {
+			return err
+		}
+		return replaceSection(*out, r.String(), r.targets)
+	default:
+		return fmt.Errorf("-only=%q: want resources", *only)
+	}
 	fmt.Fprintf(&r, "# Benchmarks\n\nWritten by `make bench` (hack/bench) on %s, %s: a 2-core machine running the pinned kube-apiserver v1.37.2 and etcd v3.7.3 on loopback, the exporter as a separate process (`bin/watchcache-exporter`). CPU is user+system time from /proc, as %% of one core.\n\n",
 		time.Now().UTC().Format("2006-01-02"), goVersion())
 
@@ -136,6 +148,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	if err := soak(ctx, &r, exe, kubeconfig); err != nil {
+		return err
+	}
+	if err := resourcesCost(ctx, &r, c, exe, kubeconfig); err != nil {
 		return err
 	}
 	goBenchmarks(&r, root)
@@ -193,14 +208,18 @@ func (e *exporterProc) stop() {
 	_ = e.cmd.Wait()
 }
 
-func (e *exporterProc) metric(name string, labels ...string) float64 {
+func (e *exporterProc) families() (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get("http://" + e.addr + "/metrics")
 	if err != nil {
-		return math.NaN()
+		return nil, err
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	return p.TextToMetricFamilies(resp.Body)
+}
+
+func (e *exporterProc) metric(name string, labels ...string) float64 {
+	fams, err := e.families()
 	if err != nil {
 		return math.NaN()
 	}

@@ -230,7 +230,7 @@ func goBenchmarks(r *report, root string) {
 			}
 		}
 	}
-	fmt.Fprintf(r, "\n## 5. Go benchmarks of the hot paths\n\n```\n%s\n```\n", strings.Join(lines, "\n"))
+	fmt.Fprintf(r, "\n## 7. Go benchmarks of the hot paths\n\n```\n%s\n```\n", strings.Join(lines, "\n"))
 	if err != nil {
 		fmt.Fprintf(r, "\n(go test failed: %v)\n", err)
 	}

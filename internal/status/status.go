@@ -111,6 +111,9 @@ func (p *Page) sample(now time.Time) {
 	}
 	s := Sample{Time: now.UnixMilli(), Window: map[string]float64{}}
 	for _, m := range byName["watchcache_window_seconds"].GetMetric() {
+		if r := label(m, "resource"); r != "" && r != "configmaps" {
+			continue // --resources: the page shows the ConfigMap measurement
+		}
 		if v := finite(value(m)); v != nil {
 			s.Window[label(m, "apiserver")] = *v
 		}
