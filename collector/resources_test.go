@@ -1,0 +1,157 @@
+package collector
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"github.com/watchcache/watchcache-exporter/resources"
+	"github.com/watchcache/watchcache-exporter/rvclock"
+)
+
+func TestWindowSeconds(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	clk := rvclock.NewClock(10, 0)
+	clk.Observe(100, t0)
+	clk.Observe(200, t0.Add(10*time.Second))
+	at := t0.Add(20 * time.Second)
+	for _, tc := range []struct {
+		oldest         uint64
+		seconds, lower float64
+	}{
+		{149, 15, 0}, // RV 150 written at t0+5s
+		{99, 20, 0},  // RV 100, the clock's oldest
+		{50, 20, 1},  // older than the clock: at least its age
+		{1, 20, 1},
+		{200, math.NaN(), math.NaN()}, // newer than anything known
+	} {
+		s, l := windowSeconds(clk, tc.oldest, at)
+		if !same(s, tc.seconds) || !same(l, tc.lower) {
+			t.Errorf("windowSeconds(oldest %d) = %v, lower %v; want %v, %v", tc.oldest, s, l, tc.seconds, tc.lower)
+		}
+	}
+	if s, l := windowSeconds(rvclock.NewClock(10, 0), 5, at); !math.IsNaN(s) || !math.IsNaN(l) {
+		t.Errorf("empty clock: %v, %v; want NaN", s, l)
+	}
+}
+
+func same(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+
+// etcdLike answers watches as etcd does for a resource whose cache is off:
+// from an RV below compacted-1 with its compaction error, else nothing.
+type etcdLike struct {
+	compacted uint64 // smallest RV served
+	watches   int
+}
+
+func (e *etcdLike) watch(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	e.watches++
+	rv, err := strconv.ParseUint(opts.ResourceVersion, 10, 64)
+	if err != nil {
+		return nil, err
+	}
+	w := watch.NewFakeWithChanSize(1, false)
+	if rv < e.compacted {
+		w.Error(&apierrors.NewResourceExpired(etcdCompacted).ErrStatus)
+	}
+	return w, nil
+}
+
+// The bisection finds etcd's oldest revision in about log2(RVs) probes,
+// keeps it with one probe while it holds, and finds the next after a
+// compaction.
+func TestSearchEtcd(t *testing.T) {
+	hist := rvclock.NewHistory(10)
+	hist.Observe(5000, time.Now())
+	e := &etcdLike{compacted: 1234}
+	w := &resourceWindows{hist: hist, log: logr.Discard(),
+		m: resourceMetrics{searchProbes: promauto.With(prometheus.NewRegistry()).NewCounter(prometheus.CounterOpts{Name: "x"})}}
+	p := NewWatchProber(e.watch, metav1.ListOptions{}, time.Millisecond)
+	ctx := t.Context()
+
+	w.searchEtcd(ctx, p)
+	if w.etcd.oldest != 1234 || e.watches > 15 {
+		t.Errorf("first search: oldest %d in %d watches, want 1234 in at most 15 (log2 5000 + 1)", w.etcd.oldest, e.watches)
+	}
+	e.watches = 0
+	w.searchEtcd(ctx, p)
+	if w.etcd.oldest != 1234 || e.watches != 1 {
+		t.Errorf("no compaction since: oldest %d in %d watches, want 1234 in 1", w.etcd.oldest, e.watches)
+	}
+	e.compacted = 4321
+	w.searchEtcd(ctx, p)
+	if w.etcd.oldest != 4321 {
+		t.Errorf("after a compaction: oldest %d, want 4321", w.etcd.oldest)
+	}
+	// A clock that lags etcd's compaction gives no answer rather than a
+	// wrong one.
+	e.compacted = 6000
+	w.searchEtcd(ctx, p)
+	if w.etcd.oldest != 0 {
+		t.Errorf("compaction past the newest RV known: oldest %d, want 0 (unknown)", w.etcd.oldest)
+	}
+}
+
+// record reports each kind of answer: the cache's O, RV 1 served, etcd's
+// compaction, and an error that only turns the gauges to NaN after
+// StaleAfter intervals.
+func TestRecordResourceWindow(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	hist := rvclock.NewHistory(10)
+	now := time.Now()
+	hist.Observe(1000, now.Add(-100*time.Second))
+	hist.Observe(2000, now)
+	pods := resources.Resource{Version: "v1", Resource: "pods"}
+	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{pods}, Interval: time.Second, StaleAfter: 3,
+		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
+		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
+	get := func(name string) float64 {
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == name {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("%s not found", name)
+		return 0
+	}
+	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
+	if s, on := get("watchcache_window_seconds"), get("watchcache_resource_watch_cache_enabled"); math.Abs(s-50) > 0.01 || on != 1 {
+		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, on)
+	}
+	if rvs := get("watchcache_window_resource_versions"); rvs != 501 {
+		t.Errorf("window RVs %v, want 2000-1499", rvs)
+	}
+	w.record(0, pods, ProbeResult{Outcome: OK, Answered: now})
+	if s, l, o := get("watchcache_window_seconds"), get("watchcache_window_lower_bound"), get("watchcache_oldest_resource_version"); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
+		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
+	}
+	w.etcd.oldest = 1999
+	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
+	if on, o := get("watchcache_resource_watch_cache_enabled"), get("watchcache_oldest_resource_version"); on != 0 || o != 1999 {
+		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", on, o)
+	}
+	fail := ProbeResult{Outcome: Error, Err: apierrors.NewForbidden(pods.GVR().GroupResource(), "", nil)}
+	for i := range 3 {
+		fail.At = now.Add(time.Duration(i) * time.Second)
+		w.record(0, pods, fail)
+		if got := get("watchcache_window_seconds"); math.IsNaN(got) != (i == 2) {
+			t.Errorf("after %d failed intervals: window %v", i+1, got)
+		}
+	}
+}
