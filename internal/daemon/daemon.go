@@ -140,9 +140,10 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	}
 	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion, "mode", cfg.mode())
 	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
-	// The resource probes have a client of their own, so that their cap
-	// (about 2 requests per resource and interval) leaves the ConfigMap
-	// measurement's alone.
+	// The resource probes (a watch per resource, interval and apiserver)
+	// and object counts (a list per resource and interval) have clients of
+	// their own, each capped at 20 requests/s, so that a long list of
+	// resources stretches its rounds rather than the ConfigMap measurement's.
 	resCfg := rest.CopyConfig(restCfg)
 	resCfg.ContentType, resCfg.AcceptContentTypes = "", ""
 	resCfg.QPS, resCfg.Burst = 20, 40
