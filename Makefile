@@ -98,7 +98,8 @@ kind-e2e:
 	$(GO) test -tags kind -count=1 -v -timeout 20m ./test/kind/
 
 # Load accuracy and cost (against the article's kubectl loops), client-side
-# ceiling, footprint and precision: writes docs/benchmarks.md (~25 minutes).
+# ceiling, footprint, precision, a 30-minute soak and the cost of --resources=all:
+# writes docs/benchmarks.md (about an hour; bin/bench -only=resources reruns the last).
 bench: kube-bin build
 	$(GO) build -o bin/bench ./hack/bench
 	./bin/bench

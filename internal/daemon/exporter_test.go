@@ -3,8 +3,6 @@ package daemon_test
 import (
 	"fmt"
 	"math"
-	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -153,7 +151,7 @@ func TestArticle(t *testing.T) {
 		t.Errorf("plain watcher events by type: %v, want MODIFIED only", s["plain"])
 	}
 
-	t.Run("promtool check metrics", func(t *testing.T) { checkMetrics(t, e) })
+	t.Run("promtool check metrics", e.CheckMetrics)
 
 	// An apiserver restart: every RV the exporter holds is refused at once.
 	// That is a cache reset, not an expiry.
@@ -206,24 +204,4 @@ func histogramCount(t *testing.T, m exportertest.Metrics, name string) uint64 {
 		t.Fatalf("%s: want one histogram", name)
 	}
 	return fam.GetMetric()[0].GetHistogram().GetSampleCount()
-}
-
-// checkMetrics runs promtool check metrics on the exporter's real /metrics.
-func checkMetrics(t *testing.T, e *exportertest.Exporter) {
-	bin, err := exec.LookPath("promtool")
-	if err != nil {
-		testcluster.Missing(t, "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)")
-	}
-	resp, err := http.Get("http://" + e.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	cmd := exec.Command(bin, "check", "metrics")
-	cmd.Stdin = resp.Body
-	out, err := cmd.CombinedOutput()
-	t.Logf("promtool check metrics: %q", out)
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
 }

@@ -113,6 +113,27 @@ func Start(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
 	return e
 }
 
+// CheckMetrics runs promtool check metrics on the exporter's real /metrics.
+func (e *Exporter) CheckMetrics(t *testing.T) {
+	t.Helper()
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		testcluster.Missing(t, "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)")
+	}
+	resp, err := http.Get("http://" + e.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cmd := exec.Command(bin, "check", "metrics")
+	cmd.Stdin = resp.Body
+	out, err := cmd.CombinedOutput()
+	t.Logf("promtool check metrics: %q", out)
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
 // WaitReady waits until /readyz answers 200.
 func (e *Exporter) WaitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()
