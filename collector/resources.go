@@ -68,9 +68,10 @@ type resourceWindows struct {
 }
 
 type resourceMetrics struct {
-	windowSeconds, windowRVs, oldestRV, lowerBound, cacheOn *prometheus.GaugeVec
-	errors                                                  *prometheus.CounterVec
-	searchProbes                                            prometheus.Counter
+	windows      windowVecs // the Collector's
+	cacheOn      *prometheus.GaugeVec
+	errors       *prometheus.CounterVec
+	searchProbes prometheus.Counter
 }
 
 // newResourceWindows measures cfg.Resources; windows are the Collector's
@@ -88,18 +89,14 @@ func newResourceWindows(cfg ResourcesConfig, windows windowVecs, hist *rvclock.H
 	}
 	f := promauto.With(reg)
 	labels := []string{"group", "resource"}
-	gv := func(name, help string) *prometheus.GaugeVec { return f.NewGaugeVec(promopts.Gauge(name, help), labels) }
 	w := &resourceWindows{
 		cfg: cfg, resources: rs, hist: hist, log: log,
 		errLog:      ratelog.New(log, 30*time.Second, time.Now),
 		failedSince: make([]time.Time, len(rs)),
 		m: resourceMetrics{
-			windowSeconds: windows.seconds,
-			windowRVs:     windows.rvs,
-			oldestRV:      windows.oldest,
-			lowerBound:    windows.lower,
-			cacheOn: gv("resource_watch_cache_enabled",
-				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."),
+			windows: windows,
+			cacheOn: f.NewGaugeVec(promopts.Gauge("resource_watch_cache_enabled",
+				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."), labels),
 			errors: f.NewCounterVec(promopts.Counter("resource_probe_errors_total",
 				"Failed window probes of a resource, by Kubernetes status reason (Forbidden: RBAC; TooManyRequests: flow control)."), append(labels, "reason")),
 			searchProbes: f.NewCounter(promopts.Counter("resource_compaction_probes_total",
@@ -109,7 +106,7 @@ func newResourceWindows(cfg ResourcesConfig, windows windowVecs, hist *rvclock.H
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", NoSuchName).String()}
 	for _, r := range rs {
 		w.probers = append(w.probers, NewWatchProber(cfg.Client.Resource(r.GVR()).Watch, opts, cfg.Settle))
-		for _, g := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound, w.m.cacheOn} {
+		for _, g := range []*prometheus.GaugeVec{w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn} {
 			g.WithLabelValues(r.Group, r.Resource).Set(nan)
 		}
 		w.m.errors.WithLabelValues(r.Group, r.Resource, "Forbidden")
@@ -153,7 +150,7 @@ func (w *resourceWindows) round(ctx context.Context) {
 func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 	g, rs := r.Group, r.Resource
 	if res.Outcome == Error {
-		w.m.errors.WithLabelValues(g, rs, reason(res.Err)).Inc()
+		w.m.errors.WithLabelValues(g, rs, promopts.Reason(res.Err)).Inc()
 		w.errLog.Error("resource-"+r.Name(), res.Err, "window probe of a resource failed", "resource", r.Name())
 		if w.failedSince[i].IsZero() {
 			w.failedSince[i] = res.At
@@ -187,19 +184,19 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		w.errLog.Info("resource-unknown-"+r.Name(), msg, "resource", r.Name(), "source", res.Refusal.Source)
 		return
 	}
-	w.m.oldestRV.WithLabelValues(g, rs).Set(float64(oldest))
+	w.m.windows.oldest.WithLabelValues(g, rs).Set(float64(oldest))
 	if newest, _, ok := w.hist.Clock.Newest(); ok && newest >= oldest {
-		w.m.windowRVs.WithLabelValues(g, rs).Set(float64(newest - oldest))
+		w.m.windows.rvs.WithLabelValues(g, rs).Set(float64(newest - oldest))
 	} else {
-		w.m.windowRVs.WithLabelValues(g, rs).Set(nan)
+		w.m.windows.rvs.WithLabelValues(g, rs).Set(nan)
 	}
 	seconds, lower := windowSeconds(w.hist.Clock, oldest, res.Answered)
-	w.m.windowSeconds.WithLabelValues(g, rs).Set(seconds)
-	w.m.lowerBound.WithLabelValues(g, rs).Set(lower)
+	w.m.windows.seconds.WithLabelValues(g, rs).Set(seconds)
+	w.m.windows.lower.WithLabelValues(g, rs).Set(lower)
 }
 
 func (w *resourceWindows) setUnknown(r resources.Resource) {
-	for _, gv := range []*prometheus.GaugeVec{w.m.windowSeconds, w.m.windowRVs, w.m.oldestRV, w.m.lowerBound} {
+	for _, gv := range []*prometheus.GaugeVec{w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower} {
 		gv.WithLabelValues(r.Group, r.Resource).Set(nan)
 	}
 }

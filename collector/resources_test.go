@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -116,41 +117,29 @@ func TestRecordResourceWindow(t *testing.T) {
 	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{pods}, Interval: time.Second, StaleAfter: 3,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
 		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
-	get := func(name string) float64 {
-		t.Helper()
-		fams, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range fams {
-			if f.GetName() == name {
-				return f.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("%s not found", name)
-		return 0
-	}
+	get := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("", "pods")) }
+	seconds, rvs, oldest, lower, on := w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn
 	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
-	if s, on := get("watchcache_window_seconds"), get("watchcache_resource_watch_cache_enabled"); math.Abs(s-50) > 0.01 || on != 1 {
-		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, on)
+	if s, en := get(seconds), get(on); math.Abs(s-50) > 0.01 || en != 1 {
+		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, en)
 	}
-	if rvs := get("watchcache_window_resource_versions"); rvs != 501 {
-		t.Errorf("window RVs %v, want 2000-1499", rvs)
+	if n := get(rvs); n != 501 {
+		t.Errorf("window RVs %v, want 2000-1499", n)
 	}
 	w.record(0, pods, ProbeResult{Outcome: OK, Answered: now})
-	if s, l, o := get("watchcache_window_seconds"), get("watchcache_window_lower_bound"), get("watchcache_oldest_resource_version"); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
+	if s, l, o := get(seconds), get(lower), get(oldest); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
 		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
 	}
 	w.etcd.oldest = 1999
 	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
-	if on, o := get("watchcache_resource_watch_cache_enabled"), get("watchcache_oldest_resource_version"); on != 0 || o != 1999 {
-		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", on, o)
+	if en, o := get(on), get(oldest); en != 0 || o != 1999 {
+		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", en, o)
 	}
 	fail := ProbeResult{Outcome: Error, Err: apierrors.NewForbidden(pods.GVR().GroupResource(), "", nil)}
 	for i := range 3 {
 		fail.At = now.Add(time.Duration(i) * time.Second)
 		w.record(0, pods, fail)
-		if got := get("watchcache_window_seconds"); math.IsNaN(got) != (i == 2) {
+		if got := get(seconds); math.IsNaN(got) != (i == 2) {
 			t.Errorf("after %d failed intervals: window %v", i+1, got)
 		}
 	}
