@@ -25,6 +25,7 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 	"github.com/watchcache/watchcache-exporter/model"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -199,7 +200,7 @@ func (c *Collector) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		c.m.apiErrors.WithLabelValues("relist", reason(err)).Inc()
+		c.m.apiErrors.WithLabelValues("relist", promopts.Reason(err)).Inc()
 		c.errLog.Error("ensure", err, "retrying")
 		if pause.For(ctx, delay()) != nil {
 			return
@@ -278,7 +279,7 @@ func (c *Collector) startCycle(ctx context.Context) {
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			c.m.apiErrors.WithLabelValues("touch", reason(err)).Inc()
+			c.m.apiErrors.WithLabelValues("touch", promopts.Reason(err)).Inc()
 			c.errLog.Error("touch", err, "cannot touch the quiet ConfigMap to start an expiry cycle; the window is still probed", "namespace", c.cfg.Namespace, "name", c.cfg.QuietName)
 		}
 		return
@@ -304,7 +305,7 @@ func (c *Collector) record(from string, r ProbeResult) {
 		if from == "" {
 			from = "window"
 		}
-		c.m.apiErrors.WithLabelValues("probe", reason(r.Err)).Inc()
+		c.m.apiErrors.WithLabelValues("probe", promopts.Reason(r.Err)).Inc()
 		c.errLog.Error("probe-"+from, r.Err, "probe failed", "from", from)
 	}
 }

@@ -133,11 +133,3 @@ func isGone(err error) bool {
 	var st apierrors.APIStatus
 	return errors.As(err, &st) && st.Status().Code == http.StatusGone
 }
-
-// reason is the Kubernetes status reason of err, for the "reason" label.
-func reason(err error) string {
-	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
-		return string(r)
-	}
-	return "Unknown"
-}

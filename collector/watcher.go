@@ -20,6 +20,7 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 )
 
@@ -116,8 +117,8 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 			var err error
 			if rv, err = w.relist(ctx); err != nil {
 				if ctx.Err() == nil {
-					w.m.apiErrors.WithLabelValues("relist", reason(err)).Inc()
-					w.errLog.Error("relist-"+reason(err), err, "relist failed", "watcher", w.name)
+					w.m.apiErrors.WithLabelValues("relist", promopts.Reason(err)).Inc()
+					w.errLog.Error("relist-"+promopts.Reason(err), err, "relist failed", "watcher", w.name)
 					backoff("relist")
 				}
 				continue
@@ -165,8 +166,8 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		case isGone(err):
 			return rv, endExpired
 		}
-		w.m.apiErrors.WithLabelValues("watch", reason(err)).Inc()
-		w.errLog.Error("open-"+reason(err), err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
+		w.m.apiErrors.WithLabelValues("watch", promopts.Reason(err)).Inc()
+		w.errLog.Error("open-"+promopts.Reason(err), err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
 		return rv, endError
 	}
 	defer wi.Stop()
@@ -212,8 +213,8 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 			if isGone(err) {
 				return rv, endExpired
 			}
-			w.m.apiErrors.WithLabelValues("watch", reason(err)).Inc()
-			w.errLog.Error("event-"+reason(err), err, "watch ERROR event", "watcher", w.name)
+			w.m.apiErrors.WithLabelValues("watch", promopts.Reason(err)).Inc()
+			w.errLog.Error("event-"+promopts.Reason(err), err, "watch ERROR event", "watcher", w.name)
 			return rv, endError
 		}
 		acc, err := meta.Accessor(ev.Object)

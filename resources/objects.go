@@ -8,7 +8,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
@@ -67,7 +66,7 @@ func (o *Objects) count(ctx context.Context, r Resource) {
 	l, err := o.client.Resource(r.GVR()).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		if ctx.Err() == nil {
-			o.errors.WithLabelValues(r.Group, r.Resource, string(apierrors.ReasonForError(err))).Inc()
+			o.errors.WithLabelValues(r.Group, r.Resource, promopts.Reason(err)).Inc()
 			o.errLog.Error("objects-"+r.Name(), err, "cannot count the objects of a resource (list, limit=1)", "resource", r.Name())
 		}
 		return

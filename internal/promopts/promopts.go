@@ -1,11 +1,14 @@
 // Package promopts holds the metric options every package of the exporter
-// shares: the name prefix and the shape of its histograms.
+// shares: the name prefix, the shape of its histograms, and the values of
+// its "reason" labels.
 package promopts
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Namespace is the prefix of every series: watchcache_.
@@ -34,4 +37,13 @@ func Gauge(name, help string) prometheus.GaugeOpts {
 // Counter is a counter's options.
 func Counter(name, help string) prometheus.CounterOpts {
 	return prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}
+}
+
+// Reason is the value of a "reason" label: err's Kubernetes status reason
+// (Forbidden, NotFound, ...), or Unknown.
+func Reason(err error) string {
+	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
+		return string(r)
+	}
+	return "Unknown"
 }
