@@ -13,9 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
 // Endpoint is one apiserver instance.
@@ -85,13 +92,23 @@ func FromSlices(slices_ []*discoveryv1.EndpointSlice) []Endpoint {
 type Measurement interface {
 	Run(ctx context.Context)
 	Ready() error
+	// Windows are the apiserver's known windows, for the fleet's.
+	Windows() []collector.Window
 	Unregister()
 }
 
-// Fleet keeps one Measurement running per known endpoint.
+// Fleet keeps one Measurement running per known endpoint. An endpoint that
+// leaves the list keeps its measurement, its series and its history for a
+// grace period: an apiserver that restarts leaves the kubernetes
+// EndpointSlice while it is down, and its restart must show as a cache reset
+// on the same series, not as a new apiserver.
 type Fleet struct {
 	start func(Endpoint) (Measurement, error)
+	grace time.Duration
+	clock clock.PassiveClock
 	log   logr.Logger
+
+	listed *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	members map[string]*member
@@ -101,22 +118,38 @@ type member struct {
 	m      Measurement
 	cancel context.CancelFunc
 	done   chan struct{}
+	absent time.Time // when it left the list; zero while listed
 }
 
-// NewFleet starts measurements with start.
-func NewFleet(start func(Endpoint) (Measurement, error), log logr.Logger) *Fleet {
-	return &Fleet{start: start, log: log, members: map[string]*member{}}
+// NewFleet starts measurements with start; grace is how long an endpoint
+// that left the list is still measured. The fleet's window series and
+// watchcache_apiserver_listed go to reg.
+func NewFleet(start func(Endpoint) (Measurement, error), grace time.Duration, clk clock.PassiveClock, reg prometheus.Registerer, log logr.Logger) *Fleet {
+	f := &Fleet{
+		start: start, grace: grace, clock: clk, log: log, members: map[string]*member{},
+		listed: promauto.With(reg).NewGaugeVec(promopts.Gauge("apiserver_listed",
+			"1 while the apiserver is listed (a ready endpoint of the kubernetes EndpointSlices, or in --apiservers); 0 while it is absent but still measured, within --apiservers.grace-period, as while it restarts."), []string{"apiserver"}),
+	}
+	reg.MustRegister(fleetCollector{f})
+	return f
 }
 
-// Sync starts a measurement for each new endpoint, and stops and removes the
-// series of each one no longer listed.
+// Sync starts a measurement for each new endpoint; one no longer listed is
+// marked absent, and stopped and its series removed once it has been absent
+// for the grace period (see Expire).
 func (f *Fleet) Sync(ctx context.Context, eps []Endpoint) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := f.clock.Now()
 	want := map[string]bool{}
 	for _, ep := range eps {
 		want[ep.ID] = true
-		if _, ok := f.members[ep.ID]; ok {
+		if mem, ok := f.members[ep.ID]; ok {
+			if !mem.absent.IsZero() {
+				f.log.Info("apiserver listed again: its measurement, series and history went on", "apiserver", ep.ID, "absentFor", now.Sub(mem.absent).Round(time.Second))
+				mem.absent = time.Time{}
+				f.listed.WithLabelValues(ep.ID).Set(1)
+			}
 			continue
 		}
 		m, err := f.start(ep)
@@ -128,20 +161,48 @@ func (f *Fleet) Sync(ctx context.Context, eps []Endpoint) {
 		mem := &member{m: m, cancel: cancel, done: make(chan struct{})}
 		go func() { defer close(mem.done); m.Run(mctx) }()
 		f.members[ep.ID] = mem
+		f.listed.WithLabelValues(ep.ID).Set(1)
 		f.log.Info("measuring apiserver", "apiserver", ep.ID)
 	}
 	for id, mem := range f.members {
-		if !want[id] {
-			mem.cancel()
-			<-mem.done
-			mem.m.Unregister()
-			delete(f.members, id)
-			f.log.Info("apiserver gone: stopped measuring it and removed its series", "apiserver", id)
+		if !want[id] && mem.absent.IsZero() {
+			mem.absent = now
+			f.listed.WithLabelValues(id).Set(0)
+			f.log.Info("apiserver no longer listed: still measured for the grace period, so that a restart shows as a cache reset", "apiserver", id, "gracePeriod", f.grace)
 		}
+	}
+	f.expireLocked(now)
+}
+
+// Expire stops the measurements of endpoints absent for the grace period,
+// and removes their series.
+func (f *Fleet) Expire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expireLocked(f.clock.Now())
+}
+
+func (f *Fleet) expireLocked(now time.Time) {
+	for id, mem := range f.members {
+		if mem.absent.IsZero() || now.Sub(mem.absent) < f.grace {
+			continue
+		}
+		f.remove(id, mem)
+		f.log.Info("apiserver gone for the grace period: stopped measuring it and removed its series", "apiserver", id, "gracePeriod", f.grace)
 	}
 }
 
-// Ready fails when no apiserver is measured or one is not ready.
+// remove stops one member and removes its series; f.mu is held.
+func (f *Fleet) remove(id string, mem *member) {
+	mem.cancel()
+	<-mem.done
+	mem.m.Unregister()
+	f.listed.DeleteLabelValues(id)
+	delete(f.members, id)
+}
+
+// Ready fails when no apiserver is measured or a listed one is not ready.
+// An absent one is not asked: it is likely down.
 func (f *Fleet) Ready() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -150,6 +211,9 @@ func (f *Fleet) Ready() error {
 	}
 	var errs []error
 	for id, mem := range f.members {
+		if !mem.absent.IsZero() {
+			continue
+		}
 		if err := mem.m.Ready(); err != nil {
 			errs = append(errs, fmt.Errorf("apiserver %s: %w", id, err))
 		}
@@ -166,8 +230,17 @@ func (f *Fleet) Stop() {
 		mem.cancel()
 	}
 	for id, mem := range f.members {
-		<-mem.done
-		mem.m.Unregister()
-		delete(f.members, id)
+		f.remove(id, mem)
 	}
+}
+
+// windows are every measured apiserver's known windows, by apiserver.
+func (f *Fleet) windows() map[string][]collector.Window {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string][]collector.Window, len(f.members))
+	for id, mem := range f.members {
+		out[id] = mem.m.Windows()
+	}
+	return out
 }

@@ -2,18 +2,23 @@ package apiservers
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
 // Discover keeps fleet measuring the endpoints of the default/kubernetes
-// Service (one per apiserver instance) until ctx ends.
+// Service (one per apiserver instance) until ctx ends: it syncs the fleet at
+// each change of the EndpointSlices, and expires the endpoints absent for
+// the grace period between changes.
 func Discover(ctx context.Context, client discoveryv1client.EndpointSlicesGetter, fleet *Fleet, log logr.Logger) {
 	selector := discoveryv1.LabelServiceName + "=kubernetes"
 	slices := client.EndpointSlices(metav1.NamespaceDefault)
@@ -28,7 +33,7 @@ func Discover(ctx context.Context, client discoveryv1client.EndpointSlicesGetter
 		},
 	}
 	var store cache.Store
-	sync := func() {
+	resync := func() {
 		var sl []*discoveryv1.EndpointSlice
 		for _, o := range store.List() {
 			sl = append(sl, o.(*discoveryv1.EndpointSlice))
@@ -44,10 +49,15 @@ func Discover(ctx context.Context, client discoveryv1client.EndpointSlicesGetter
 		ListerWatcher: lw,
 		ObjectType:    &discoveryv1.EndpointSlice{},
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { sync() },
-			UpdateFunc: func(any, any) { sync() },
-			DeleteFunc: func(any) { sync() },
+			AddFunc:    func(any) { resync() },
+			UpdateFunc: func(any, any) { resync() },
+			DeleteFunc: func(any) { resync() },
 		},
 	})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		wait.UntilWithContext(ctx, func(context.Context) { fleet.Expire() }, min(max(fleet.grace/10, time.Second), 10*time.Second))
+	})
 	ctrl.RunWithContext(ctx)
+	wg.Wait()
 }

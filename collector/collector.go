@@ -353,21 +353,19 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 		return false
 	}
 	reset = c.checkReset(oldest, snap.Newest)
-	c.m.oldestRV.Set(float64(oldest))
 	if c.cycle.active {
 		c.m.distanceLive.Set(float64(oldest) - float64(c.cycle.r0))
 	}
 	c.m.estimatedCapacity.Set(float64(snap.OwnWritesAfter))
+	rvs := nan
 	if snap.Newest >= oldest {
 		c.m.newestRV.Set(float64(snap.Newest))
-		c.m.windowRVs.Set(float64(snap.Newest - oldest))
+		rvs = float64(snap.Newest - oldest)
 	} else {
 		c.m.newestRV.Set(nan)
-		c.m.windowRVs.Set(nan)
 	}
 	seconds, lower := windowSeconds(c.hist.Clock, oldest, window.Answered)
-	c.m.windowSeconds.Set(seconds)
-	c.m.windowLowerBound.Set(lower)
+	c.m.windows.set(Window{Resource: "configmaps", Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}, rvs)
 	return reset
 }
 
@@ -407,7 +405,8 @@ func windowSeconds(clk *rvclock.Clock, oldest uint64, at time.Time) (seconds, lo
 }
 
 func (c *Collector) setWindowUnknown() {
-	for _, g := range []prometheus.Gauge{c.m.windowSeconds, c.m.windowLowerBound, c.m.windowRVs, c.m.oldestRV, c.m.newestRV, c.m.distanceLive, c.m.estimatedCapacity} {
+	c.m.windows.setUnknown("", "configmaps")
+	for _, g := range []prometheus.Gauge{c.m.newestRV, c.m.distanceLive, c.m.estimatedCapacity} {
 		g.Set(nan)
 	}
 }
@@ -448,6 +447,10 @@ func (c *Collector) Ready() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Windows are this apiserver's known windows, one per resource: the
+// ConfigMaps' and those of Config.Resources.
+func (c *Collector) Windows() []Window { return c.m.windows.windows() }
 
 // Unregister removes this Collector's series.
 func (c *Collector) Unregister() { c.m.unregister() }

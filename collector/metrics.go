@@ -2,6 +2,7 @@ package collector
 
 import (
 	"math"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -31,21 +32,78 @@ const (
 )
 
 // windowVecs are the window series of one apiserver, every resource's: the
-// ConfigMap measurement's and ResourceWindows' share them.
+// ConfigMap measurement's and ResourceWindows' share them. They also keep
+// the known windows as values, for the fleet's window across apiservers.
 type windowVecs struct {
 	seconds, rvs, oldest, lower *prometheus.GaugeVec
+
+	mu    sync.Mutex
+	known map[[2]string]Window // by group, resource
 }
 
-func newWindowVecs(f promauto.Factory) windowVecs {
+// Window is one resource's window on one apiserver, as last measured.
+type Window struct {
+	Group, Resource string
+	// Oldest is the oldest resourceVersion the apiserver serves a watch
+	// from.
+	Oldest uint64
+	// Seconds since Oldest+1 was written; NaN when the RV clock cannot
+	// tell. Only a lower bound where LowerBound is set.
+	Seconds    float64
+	LowerBound bool
+}
+
+func newWindowVecs(f promauto.Factory) *windowVecs {
 	gv := func(name, help string) *prometheus.GaugeVec {
 		return f.NewGaugeVec(promopts.Gauge(name, help), []string{"group", "resource"})
 	}
-	return windowVecs{
+	return &windowVecs{
 		seconds: gv("window_seconds", HelpWindowSeconds),
 		rvs:     gv("window_resource_versions", HelpWindowResourceVersions),
 		oldest:  gv("oldest_resource_version", HelpOldestResourceVersion),
 		lower:   gv("window_lower_bound", HelpWindowLowerBound),
+		known:   map[[2]string]Window{},
 	}
+}
+
+// set records a measured window; rvs is its size in resourceVersions (NaN
+// when unknown).
+func (w *windowVecs) set(win Window, rvs float64) {
+	g, r := win.Group, win.Resource
+	lower := 0.0
+	if win.LowerBound {
+		lower = 1
+	} else if math.IsNaN(win.Seconds) {
+		lower = nan
+	}
+	w.oldest.WithLabelValues(g, r).Set(float64(win.Oldest))
+	w.rvs.WithLabelValues(g, r).Set(rvs)
+	w.seconds.WithLabelValues(g, r).Set(win.Seconds)
+	w.lower.WithLabelValues(g, r).Set(lower)
+	w.mu.Lock()
+	w.known[[2]string{g, r}] = win
+	w.mu.Unlock()
+}
+
+// setUnknown turns a resource's window series to NaN.
+func (w *windowVecs) setUnknown(group, resource string) {
+	for _, gv := range []*prometheus.GaugeVec{w.seconds, w.rvs, w.oldest, w.lower} {
+		gv.WithLabelValues(group, resource).Set(nan)
+	}
+	w.mu.Lock()
+	delete(w.known, [2]string{group, resource})
+	w.mu.Unlock()
+}
+
+// windows are the known windows, in no order.
+func (w *windowVecs) windows() []Window {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]Window, 0, len(w.known))
+	for _, win := range w.known {
+		out = append(out, win)
+	}
+	return out
 }
 
 // Metrics are one apiserver's series; see the README for what each tells an
@@ -60,11 +118,7 @@ type Metrics struct {
 	distance            prometheus.Histogram
 	distanceLast        prometheus.Gauge
 	distanceLive        prometheus.Gauge
-	windows             windowVecs
-	windowSeconds       prometheus.Gauge
-	windowRVs           prometheus.Gauge
-	oldestRV            prometheus.Gauge
-	windowLowerBound    prometheus.Gauge
+	windows             *windowVecs
 	newestRV            prometheus.Gauge
 	estimatedCapacity   prometheus.Gauge
 	lastProbeSuccess    prometheus.Gauge
@@ -108,10 +162,6 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 		distanceLast:      g("stale_distance_last_resource_versions", "The last observation of watchcache_stale_distance_resource_versions."),
 		distanceLive:      g("stale_distance_live_resource_versions", "The cache's oldest servable resourceVersion minus the current cycle's stale one; negative while the stale one is still served."),
 		windows:           windows,
-		windowSeconds:     windows.seconds.WithLabelValues("", "configmaps"),
-		windowRVs:         windows.rvs.WithLabelValues("", "configmaps"),
-		oldestRV:          windows.oldest.WithLabelValues("", "configmaps"),
-		windowLowerBound:  windows.lower.WithLabelValues("", "configmaps"),
 		newestRV:          g("newest_resource_version", "The newest resourceVersion the exporter had seen written when the window probe was answered."),
 		estimatedCapacity: g("estimated_capacity_events", "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."),
 		lastProbeSuccess:  g("last_probe_success_timestamp_seconds", "When the window probe last got an answer from this apiserver (Unix time)."),
@@ -140,7 +190,8 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 			m.reconnects.WithLabelValues(from, r.String())
 		}
 	}
-	for _, x := range []prometheus.Gauge{m.estimatedCapacity, m.windowSeconds, m.windowLowerBound, m.windowRVs, m.oldestRV, m.newestRV,
+	windows.setUnknown("", "configmaps")
+	for _, x := range []prometheus.Gauge{m.estimatedCapacity, m.newestRV,
 		m.distanceLive, m.distanceLast, m.expiryLast, m.firstBookmarkLast} {
 		x.Set(nan)
 	}

@@ -68,7 +68,7 @@ type resourceWindows struct {
 }
 
 type resourceMetrics struct {
-	windows      windowVecs // the Collector's
+	windows      *windowVecs // the Collector's
 	cacheOn      *prometheus.GaugeVec
 	errors       *prometheus.CounterVec
 	searchProbes prometheus.Counter
@@ -76,7 +76,7 @@ type resourceMetrics struct {
 
 // newResourceWindows measures cfg.Resources; windows are the Collector's
 // window series, the others go to reg.
-func newResourceWindows(cfg ResourcesConfig, windows windowVecs, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *resourceWindows {
+func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *resourceWindows {
 	rs := slices.DeleteFunc(slices.Clone(cfg.Resources), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
 	if cfg.Settle <= 0 {
 		cfg.Settle = 250 * time.Millisecond
@@ -106,9 +106,8 @@ func newResourceWindows(cfg ResourcesConfig, windows windowVecs, hist *rvclock.H
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", NoSuchName).String()}
 	for _, r := range rs {
 		w.probers = append(w.probers, NewWatchProber(cfg.Client.Resource(r.GVR()).Watch, opts, cfg.Settle))
-		for _, g := range []*prometheus.GaugeVec{w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn} {
-			g.WithLabelValues(r.Group, r.Resource).Set(nan)
-		}
+		w.m.windows.setUnknown(r.Group, r.Resource)
+		w.m.cacheOn.WithLabelValues(r.Group, r.Resource).Set(nan)
 		w.m.errors.WithLabelValues(r.Group, r.Resource, "Forbidden")
 	}
 	return w
@@ -184,21 +183,20 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		w.errLog.Info("resource-unknown-"+r.Name(), msg, "resource", r.Name(), "source", res.Refusal.Source)
 		return
 	}
-	w.m.windows.oldest.WithLabelValues(g, rs).Set(float64(oldest))
+	rvs := nan
 	if newest, _, ok := w.hist.Clock.Newest(); ok && newest >= oldest {
-		w.m.windows.rvs.WithLabelValues(g, rs).Set(float64(newest - oldest))
-	} else {
-		w.m.windows.rvs.WithLabelValues(g, rs).Set(nan)
+		rvs = float64(newest - oldest)
 	}
 	seconds, lower := windowSeconds(w.hist.Clock, oldest, res.Answered)
-	w.m.windows.seconds.WithLabelValues(g, rs).Set(seconds)
-	w.m.windows.lower.WithLabelValues(g, rs).Set(lower)
+	w.m.windows.set(collectorWindow(r, oldest, seconds, lower), rvs)
+}
+
+func collectorWindow(r resources.Resource, oldest uint64, seconds, lower float64) Window {
+	return Window{Group: r.Group, Resource: r.Resource, Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}
 }
 
 func (w *resourceWindows) setUnknown(r resources.Resource) {
-	for _, gv := range []*prometheus.GaugeVec{w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower} {
-		gv.WithLabelValues(r.Group, r.Resource).Set(nan)
-	}
+	w.m.windows.setUnknown(r.Group, r.Resource)
 }
 
 // searchEtcd finds the smallest RV etcd still serves a watch from, through

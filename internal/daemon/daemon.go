@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
@@ -212,7 +213,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			Resources:     res,
 		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
 			log.WithName("collector").WithValues("apiserver", ep.ID))
-	}, log.WithName("apiservers"))
+	}, cfg.graceDur, clock.RealClock{}, reg, log.WithName("apiservers"))
 	if len(p.resources) > 0 {
 		mc, err := metadata.NewForConfig(resCfg)
 		if err != nil {

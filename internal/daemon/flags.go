@@ -31,6 +31,7 @@ type config struct {
 	schedule      load.Schedule // from --load.rate or --load.schedule
 	historyWindow time.Duration
 	apiservers    string
+	graceDur      time.Duration
 	resources     resources.Spec
 	resourcesRaw  string
 	resourcesIvl  time.Duration
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
 	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
 	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
+	fs.DurationVar(&c.graceDur, "apiservers.grace-period", 3*time.Minute, "With --apiservers=discover: how long an apiserver that left the kubernetes EndpointSlices is still measured, with its series and history, so that its restart shows as a cache reset. 0 removes it at once.")
 	fs.StringVar(&c.resourcesRaw, "resources", "", "Resources whose watch cache windows to measure too, without writing: a list of resource.group names (pods,leases.coordination.k8s.io,endpointslices.discovery.k8s.io) or \"all\" (every resource served with list and watch, aggregated apiservers left out). Needs list and watch on them cluster-wide (deploy/components/resources).")
 	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: 2 requests per resource, plus one per resource and apiserver.")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
@@ -133,6 +135,9 @@ func (c config) validate() error {
 		if _, err := apiservers.ParseList(c.apiservers); err != nil {
 			errs = append(errs, fmt.Errorf("--apiservers: %w", err))
 		}
+	}
+	if c.graceDur < 0 || c.graceDur > time.Hour {
+		errs = append(errs, fmt.Errorf("--apiservers.grace-period=%s: must be between 0s and 1h", c.graceDur))
 	}
 	if c.resourcesIvl < time.Second || c.resourcesIvl > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--resources.interval=%s: must be between 1s and 10m", c.resourcesIvl))

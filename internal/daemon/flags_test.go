@@ -70,6 +70,9 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"--resources=pods", "--resources.interval=1h"}, wantErr: "--resources.interval=1h0m0s"},
 		{args: []string{"--apiservers=discover"}},
 		{args: []string{"--apiservers=https://10.0.0.1:6443,https://10.0.0.2:6443"}},
+		{args: []string{"--apiservers=discover", "--apiservers.grace-period=0"}},
+		{args: []string{"--apiservers=discover", "--apiservers.grace-period=-1s"}, wantErr: "--apiservers.grace-period=-1s: must be between 0s and 1h"},
+		{args: []string{"--apiservers.grace-period=2h"}, wantErr: "--apiservers.grace-period=2h0m0s"},
 		{args: []string{"--apiservers=10.0.0.1"}, wantErr: `--apiservers: "10.0.0.1": want https://host:port`},
 		{args: []string{"extra"}, wantErr: `unexpected argument "extra"`},
 	} {

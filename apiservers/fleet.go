@@ -1,0 +1,94 @@
+package apiservers
+
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/promopts"
+)
+
+var (
+	fleetLabels = []string{"group", "resource"}
+	fleetWindow = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_seconds"),
+		"History window that holds on every measured apiserver at once: now minus the time at which watchcache_fleet_oldest_resource_version was written. A client that may reconnect to any apiserver keeps its resourceVersion for this long. Only a lower bound where watchcache_fleet_window_lower_bound is 1.",
+		fleetLabels, nil)
+	fleetOldest = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_oldest_resource_version"),
+		"The oldest resourceVersion every measured apiserver serves a watch from: the largest of their oldest resourceVersions.",
+		fleetLabels, nil)
+	fleetLower = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_lower_bound"),
+		"1 when watchcache_fleet_window_seconds is only a lower bound (see watchcache_window_lower_bound).",
+		fleetLabels, nil)
+	fleetMembers = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_apiservers"),
+		"Apiservers whose window of the resource is known, and so taken into the fleet's window; fewer than the apiservers measured while one does not answer.",
+		fleetLabels, nil)
+)
+
+// fleetCollector exposes the fleet's window, computed at each scrape from
+// the windows every measured apiserver knows.
+type fleetCollector struct{ f *Fleet }
+
+func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{fleetWindow, fleetOldest, fleetLower, fleetMembers} {
+		ch <- d
+	}
+}
+
+func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range FleetWindows(c.f.windows()) {
+		lower := 0.0
+		if w.LowerBound {
+			lower = 1
+		} else if math.IsNaN(w.Seconds) {
+			lower = math.NaN()
+		}
+		for d, v := range map[*prometheus.Desc]float64{
+			fleetWindow: w.Seconds, fleetOldest: float64(w.Oldest), fleetLower: lower, fleetMembers: float64(w.Apiservers),
+		} {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, w.Group, w.Resource)
+		}
+	}
+}
+
+// FleetWindow is one resource's window across apiservers.
+type FleetWindow struct {
+	collector.Window
+	// Apiservers whose window went into it.
+	Apiservers int
+}
+
+// FleetWindows combines the windows of each apiserver into the fleet's, one
+// per resource. An RV is served by every apiserver only if it is at least
+// each one's oldest: the fleet's oldest RV is the largest, and its window is
+// the window of the apiserver that has it (the shortest; of equals, the
+// shortest known one).
+func FleetWindows(byAPIServer map[string][]collector.Window) []FleetWindow {
+	fleet := map[[2]string]*FleetWindow{}
+	var order [][2]string
+	for _, ws := range byAPIServer {
+		for _, w := range ws {
+			k := [2]string{w.Group, w.Resource}
+			fw, ok := fleet[k]
+			if !ok {
+				fleet[k] = &FleetWindow{Window: w, Apiservers: 1}
+				order = append(order, k)
+				continue
+			}
+			fw.Apiservers++
+			if w.Oldest > fw.Oldest || (w.Oldest == fw.Oldest && shorter(w, fw.Window)) {
+				fw.Window = w
+			}
+		}
+	}
+	out := make([]FleetWindow, 0, len(order))
+	for _, k := range order {
+		out = append(out, *fleet[k])
+	}
+	return out
+}
+
+// shorter says whether a's window is known and shorter than b's.
+func shorter(a, b collector.Window) bool {
+	return !math.IsNaN(a.Seconds) && (math.IsNaN(b.Seconds) || a.Seconds < b.Seconds)
+}
