@@ -31,7 +31,7 @@ type pki struct {
 // endpoint by IP.
 var serverNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 
-func writePKI(dir, adminToken string, addr net.IP) (*pki, error) {
+func writePKI(dir, adminToken string, addrs []net.IP) (*pki, error) {
 	p := &pki{
 		caFile:     filepath.Join(dir, "ca.crt"),
 		certFile:   filepath.Join(dir, "apiserver.crt"),
@@ -76,7 +76,7 @@ func writePKI(dir, adminToken string, addr net.IP) (*pki, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     serverNames,
 		// In-cluster clients dial the kubernetes Service's IP.
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), addr, kubernetesServiceIP()},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1"), kubernetesServiceIP()}, addrs...),
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,10 @@ type Options struct {
 	// in the kubernetes EndpointSlice by the lease endpoint reconciler, so
 	// that pods reach the apiserver through the Service.
 	Address string
+	// OtherAddresses are more addresses of the same kind, for apiservers
+	// added with AddAPIServerAt; the serving certificate is valid for them
+	// too.
+	OtherAddresses []string
 }
 
 // Cluster is one etcd and one or more kube-apiservers that share it.
@@ -70,7 +75,8 @@ type Cluster struct {
 	dir        string
 	bin        string
 	adminToken string
-	addr       string
+	addr       string   // the first apiserver's
+	addrs      []string // every address the certificate is valid for
 	pki        *pki
 	etcd       *Process
 	etcdURL    string
@@ -83,6 +89,7 @@ type Cluster struct {
 type APIServer struct {
 	c     *Cluster
 	index int
+	addr  string
 	port  int
 	flags []string
 
@@ -165,22 +172,28 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if addr == "" {
 		addr = "127.0.0.1"
 	}
-	if net.ParseIP(addr) == nil {
-		return nil, fmt.Errorf("address %q is not an IP address", addr)
+	addrs := append([]string{addr}, opts.OtherAddresses...)
+	var ips []net.IP
+	for _, a := range addrs {
+		ip := net.ParseIP(a)
+		if ip == nil {
+			return nil, fmt.Errorf("address %q is not an IP address", a)
+		}
+		ips = append(ips, ip)
 	}
-	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token), addr: addr}
+	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token), addr: addr, addrs: addrs}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
 		}
 	}()
-	if c.pki, err = writePKI(dir, c.adminToken, net.ParseIP(addr)); err != nil {
+	if c.pki, err = writePKI(dir, c.adminToken, ips); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	if err := c.startEtcd(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := c.addAPIServer(ctx, opts.Port, opts.APIServerFlags); err != nil {
+	if _, err := c.addAPIServer(ctx, addr, opts.Port, opts.APIServerFlags); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -206,10 +219,26 @@ func (c *Cluster) AdminConfig() *rest.Config { return c.APIServer().AdminConfig(
 // AddAPIServer starts one more kube-apiserver on the same etcd; it has a
 // watch cache of its own.
 func (c *Cluster) AddAPIServer(ctx context.Context, extraFlags ...string) (*APIServer, error) {
-	return c.addAPIServer(ctx, 0, extraFlags)
+	return c.addAPIServer(ctx, c.addr, 0, extraFlags)
 }
 
-func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []string) (*APIServer, error) {
+// AddAPIServerAt starts one more kube-apiserver on the same etcd, bound to
+// and advertising addr, one of Options.OtherAddresses, on the first
+// apiserver's port: replicas behind one Service share their port, as the
+// kubernetes EndpointSlice has one.
+func (c *Cluster) AddAPIServerAt(ctx context.Context, addr string, extraFlags ...string) (*APIServer, error) {
+	if !slices.Contains(c.addrs[1:], addr) {
+		return nil, fmt.Errorf("address %q is not one of Options.OtherAddresses %v", addr, c.addrs[1:])
+	}
+	for _, a := range c.APIServers() {
+		if a.addr == addr {
+			return nil, fmt.Errorf("address %s is taken by %s", addr, a.Name())
+		}
+	}
+	return c.addAPIServer(ctx, addr, c.APIServer().port, extraFlags)
+}
+
+func (c *Cluster) addAPIServer(ctx context.Context, addr string, port int, extraFlags []string) (*APIServer, error) {
 	if port == 0 {
 		var err error
 		if port, err = FreePort(); err != nil {
@@ -217,18 +246,18 @@ func (c *Cluster) addAPIServer(ctx context.Context, port int, extraFlags []strin
 		}
 	}
 	c.mu.Lock()
-	a := &APIServer{c: c, index: len(c.apiservers), port: port}
+	a := &APIServer{c: c, index: len(c.apiservers), addr: addr, port: port}
 	c.apiservers = append(c.apiservers, a)
 	c.mu.Unlock()
 	// Loopback cannot be advertised through the endpoint reconciler.
 	reconciler := "none"
-	if !net.ParseIP(c.addr).IsLoopback() {
+	if !net.ParseIP(addr).IsLoopback() {
 		reconciler = "lease"
 	}
 	a.flags = append([]string{
 		"--etcd-servers=" + c.etcdURL,
-		"--bind-address=" + c.addr,
-		"--advertise-address=" + c.addr,
+		"--bind-address=" + addr,
+		"--advertise-address=" + addr,
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.dir, fmt.Sprintf("apiserver-%d", a.index)),
 		"--tls-cert-file=" + c.pki.certFile,
@@ -311,7 +340,7 @@ func (c *Cluster) RemoveDir() error { return os.RemoveAll(c.dir) }
 
 // URL is the apiserver's https address.
 func (a *APIServer) URL() string {
-	return "https://" + net.JoinHostPort(a.c.addr, strconv.Itoa(a.port))
+	return "https://" + net.JoinHostPort(a.addr, strconv.Itoa(a.port))
 }
 
 // CAFile is the CA that signed the apiservers' serving certificate.

@@ -13,24 +13,20 @@
 package testnode
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/internal/testnetns"
 )
 
 // The node's addresses. They belong to interfaces of the node's own network
@@ -166,62 +162,17 @@ func runParent(t *testing.T, opts Options) {
 		t.Fatal(err)
 	}
 	cfg.Dir = dir
-	before := hostState(t)
+	before := testnetns.HostState(t)
 	if err := createCgroups(cfg.CgroupRoot); err != nil {
 		_ = removeCgroups(cfg.CgroupRoot, time.Second)
 		t.Fatal(err)
 	}
 	env, _ := json.Marshal(cfg)
 
-	args := []string{"-test.run=^" + regexp.QuoteMeta(t.Name()) + "$", "-test.v", "-test.count=1"}
-	if dl, ok := t.Deadline(); ok {
-		// The child ends first, so that the parent can still clean up.
-		args = append(args, "-test.timeout="+(time.Until(dl)-time.Minute).Round(time.Second).String())
-	}
-	if f := flag.Lookup("test.failfast"); f != nil && f.Value.String() == "true" {
-		args = append(args, "-test.failfast")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), childEnv+"="+string(env))
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS,
-		// The child is the PID namespace's init: when it dies, the kernel
-		// kills every process of the node.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Interrupted, the child is killed (and with it the node) so that the
-	// cleanup below still runs before this process exits.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	stopped := make(chan struct{})
-	var interrupted atomic.Value
-	go func() {
-		select {
-		case s := <-sigs:
-			interrupted.Store(s.String())
-			_ = cmd.Process.Kill()
-		case <-stopped:
-		}
-	}()
-	defer func() {
-		signal.Stop(sigs)
-		close(stopped)
-	}()
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		t.Log(sc.Text())
-	}
-	werr := cmd.Wait()
+	// The child is the PID namespace's init: when it dies, the kernel kills
+	// every process of the node.
+	interrupted, werr := testnetns.Reexec(t, syscall.CLONE_NEWNET|syscall.CLONE_NEWNS|syscall.CLONE_NEWPID|syscall.CLONE_NEWUTS, childEnv+"="+string(env))
 	t.Logf("node test ran %s in its namespaces", time.Since(start).Round(time.Second))
 
 	// The PID namespace is gone, so are its processes; their cgroups
@@ -229,11 +180,11 @@ func runParent(t *testing.T, opts Options) {
 	if err := removeCgroups(cfg.CgroupRoot, 30*time.Second); err != nil {
 		t.Errorf("cgroups left behind: %v", err)
 	}
-	if after := hostState(t); after != before {
+	if after := testnetns.HostState(t); after != before {
 		t.Errorf("the machine's own network namespace or mounts changed while the node ran:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	if s := interrupted.Load(); s != nil {
-		t.Fatalf("interrupted (%s): the node was killed and its cgroups removed; its logs are kept in %s", s, dir)
+	if interrupted != "" {
+		t.Fatalf("interrupted (%s): the node was killed and its cgroups removed; its logs are kept in %s", interrupted, dir)
 	}
 	if werr != nil {
 		t.Fatalf("the test on the node failed (%v); the node's logs are kept in %s", werr, dir)
@@ -243,35 +194,4 @@ func runParent(t *testing.T, opts Options) {
 		return
 	}
 	_ = os.RemoveAll(dir)
-}
-
-// packetCounts are iptables-save's [packets:bytes], which change by
-// themselves.
-var packetCounts = regexp.MustCompile(`\[\d+:\d+\]`)
-
-// hostState is what the node must not change in the machine's namespaces:
-// the interfaces with their addresses, the routes, the iptables rules, and
-// the mounts.
-func hostState(t *testing.T) string {
-	t.Helper()
-	var b strings.Builder
-	for _, args := range [][]string{{"ip", "-o", "addr"}, {"ip", "route"}, {"iptables-save"}} {
-		out, err := exec.Command(args[0], args[1:]...).Output()
-		if err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			// iptables-save stamps its output.
-			if strings.HasPrefix(line, "#") {
-				continue
-			}
-			b.WriteString(packetCounts.ReplaceAllString(line, "") + "\n")
-		}
-	}
-	mounts, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Write(mounts)
-	return b.String()
 }
