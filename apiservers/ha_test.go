@@ -140,10 +140,11 @@ func testHA(t *testing.T) {
 
 	// One replica leaves for good: its series go after the grace period.
 	gone := 1
+	// From SIGTERM: the apiserver leaves the slice as its shutdown begins.
+	stopped := time.Now()
 	if err := c.APIServers()[gone].Stop(); err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
 	exp.WaitFor(t, haGrace+time.Minute, id(gone)+"'s series removed", func(m exportertest.Metrics) bool {
 		_, err := m.Get("watchcache_apiserver_listed", "apiserver", id(gone))
 		return err != nil
@@ -245,6 +246,10 @@ func testHA(t *testing.T) {
 		}
 		if !r.refused[r.replica] || r.refused[(r.replica+1)%3] {
 			t.Errorf("restart of %s: RV %d refused by it %v, by %s %v; want refused by the restarted replica only", x, r.rv, r.refused[r.replica], id((r.replica+1)%3), r.refused[(r.replica+1)%3])
+		}
+		// It left the slices while down, and kept its series (below).
+		if countUnlisted(during, x) == 0 {
+			t.Errorf("restart of %s: never out of the EndpointSlices: the grace period was not exercised", x)
 		}
 		t.Logf("restart of %s: reset seen %s after the stop; its window %.1f s after the reset, %.1f s %s later; fleet window %.1f s before, lowest %.1f s, %.1f s at the end; listed 0 in %d of %d samples",
 			x, r.resetSeen.Sub(r.stop).Round(100*time.Millisecond), w0, w1, lastS.at.Sub(after[0].at).Round(time.Second),
