@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/clock"
 
+	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
@@ -66,6 +68,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	if _, err := leader.New(leader.Config{Namespace: "ns", Name: "q", Identity: "me"}, fake.NewClientset().CoordinationV1(), rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
+	apiservers.NewFleet(nil, time.Minute, clock.RealClock{}, rec, logr.Discard())
 	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))
 	names := map[string]bool{"up": true} // Prometheus' own
 	// The apiserver's own, for the panels that need Prometheus to scrape it.
