@@ -9,20 +9,20 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
+// fleetDesc describes one fleet series: a gauge by group and resource.
+func fleetDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", name), help, []string{"group", "resource"}, nil)
+}
+
 var (
-	fleetLabels = []string{"group", "resource"}
-	fleetWindow = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_seconds"),
-		"History window that holds on every measured apiserver at once: now minus the time at which watchcache_fleet_oldest_resource_version was written. A client that may reconnect to any apiserver keeps its resourceVersion for this long. Only a lower bound where watchcache_fleet_window_lower_bound is 1.",
-		fleetLabels, nil)
-	fleetOldest = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_oldest_resource_version"),
-		"The oldest resourceVersion every measured apiserver serves a watch from: the largest of their oldest resourceVersions.",
-		fleetLabels, nil)
-	fleetLower = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_lower_bound"),
-		"1 when watchcache_fleet_window_seconds is only a lower bound (see watchcache_window_lower_bound).",
-		fleetLabels, nil)
-	fleetMembers = prometheus.NewDesc(prometheus.BuildFQName(promopts.Namespace, "", "fleet_window_apiservers"),
-		"Apiservers whose window of the resource is known, and so taken into the fleet's window; fewer than the apiservers measured while one does not answer.",
-		fleetLabels, nil)
+	fleetWindow = fleetDesc("fleet_window_seconds",
+		"History window that holds on every measured apiserver at once: now minus the time at which watchcache_fleet_oldest_resource_version was written. A client that may reconnect to any apiserver keeps its resourceVersion for this long. Only a lower bound where watchcache_fleet_window_lower_bound is 1.")
+	fleetOldest = fleetDesc("fleet_oldest_resource_version",
+		"The oldest resourceVersion every measured apiserver serves a watch from: the largest of their oldest resourceVersions.")
+	fleetLower = fleetDesc("fleet_window_lower_bound",
+		"1 when watchcache_fleet_window_seconds is only a lower bound (see watchcache_window_lower_bound).")
+	fleetMembers = fleetDesc("fleet_window_apiservers",
+		"Apiservers whose window of the resource is known, and so taken into the fleet's window; fewer than the apiservers measured while one does not answer.")
 )
 
 // fleetCollector exposes the fleet's window, computed at each scrape from

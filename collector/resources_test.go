@@ -126,7 +126,14 @@ func TestRecordResourceWindow(t *testing.T) {
 	if n := get(rvs); n != 501 {
 		t.Errorf("window RVs %v, want 2000-1499", n)
 	}
+	// The same window, as a value for the fleet's.
+	if ws := w.m.windows.windows(); len(ws) != 1 || ws[0].Resource != "pods" || ws[0].Oldest != 1499 || math.Abs(ws[0].Seconds-50) > 0.01 || ws[0].LowerBound {
+		t.Errorf("windows() = %+v, want pods' 1499, 50 s, exact", ws)
+	}
 	w.record(0, pods, ProbeResult{Outcome: OK, Answered: now})
+	if ws := w.m.windows.windows(); len(ws) != 1 || ws[0].Oldest != 1 || !ws[0].LowerBound {
+		t.Errorf("windows() = %+v, want pods' 1, a lower bound", ws)
+	}
 	if s, l, o := get(seconds), get(lower), get(oldest); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
 		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
 	}
@@ -141,6 +148,9 @@ func TestRecordResourceWindow(t *testing.T) {
 		w.record(0, pods, fail)
 		if got := get(seconds); math.IsNaN(got) != (i == 2) {
 			t.Errorf("after %d failed intervals: window %v", i+1, got)
+		}
+		if ws := w.m.windows.windows(); (len(ws) == 0) != (i == 2) {
+			t.Errorf("after %d failed intervals: windows() = %+v", i+1, ws)
 		}
 	}
 }
