@@ -188,11 +188,7 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		rvs = float64(newest - oldest)
 	}
 	seconds, lower := windowSeconds(w.hist.Clock, oldest, res.Answered)
-	w.m.windows.set(collectorWindow(r, oldest, seconds, lower), rvs)
-}
-
-func collectorWindow(r resources.Resource, oldest uint64, seconds, lower float64) Window {
-	return Window{Group: r.Group, Resource: r.Resource, Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}
+	w.m.windows.set(Window{Group: g, Resource: rs, Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}, rvs)
 }
 
 func (w *resourceWindows) setUnknown(r resources.Resource) {
