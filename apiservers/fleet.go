@@ -37,14 +37,8 @@ func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range FleetWindows(c.f.windows()) {
-		lower := 0.0
-		if w.LowerBound {
-			lower = 1
-		} else if math.IsNaN(w.Seconds) {
-			lower = math.NaN()
-		}
 		for d, v := range map[*prometheus.Desc]float64{
-			fleetWindow: w.Seconds, fleetOldest: float64(w.Oldest), fleetLower: lower, fleetMembers: float64(w.Apiservers),
+			fleetWindow: w.Seconds, fleetOldest: float64(w.Oldest), fleetLower: w.LowerBoundValue(), fleetMembers: float64(w.Apiservers),
 		} {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, w.Group, w.Resource)
 		}
@@ -59,20 +53,18 @@ type FleetWindow struct {
 }
 
 // FleetWindows combines the windows of each apiserver into the fleet's, one
-// per resource. An RV is served by every apiserver only if it is at least
+// per resource, in no order. An RV is served by every apiserver only if it is at least
 // each one's oldest: the fleet's oldest RV is the largest, and its window is
 // the window of the apiserver that has it (the shortest; of equals, the
 // shortest known one).
 func FleetWindows(byAPIServer map[string][]collector.Window) []FleetWindow {
 	fleet := map[[2]string]*FleetWindow{}
-	var order [][2]string
 	for _, ws := range byAPIServer {
 		for _, w := range ws {
 			k := [2]string{w.Group, w.Resource}
 			fw, ok := fleet[k]
 			if !ok {
 				fleet[k] = &FleetWindow{Window: w, Apiservers: 1}
-				order = append(order, k)
 				continue
 			}
 			fw.Apiservers++
@@ -81,9 +73,9 @@ func FleetWindows(byAPIServer map[string][]collector.Window) []FleetWindow {
 			}
 		}
 	}
-	out := make([]FleetWindow, 0, len(order))
-	for _, k := range order {
-		out = append(out, *fleet[k])
+	out := make([]FleetWindow, 0, len(fleet))
+	for _, fw := range fleet {
+		out = append(out, *fw)
 	}
 	return out
 }

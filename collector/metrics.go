@@ -53,6 +53,18 @@ type Window struct {
 	LowerBound bool
 }
 
+// LowerBoundValue is the value of a window_lower_bound gauge: 1 for a lower
+// bound, 0 for the window itself, NaN when the seconds are unknown.
+func (w Window) LowerBoundValue() float64 {
+	switch {
+	case w.LowerBound:
+		return 1
+	case math.IsNaN(w.Seconds):
+		return nan
+	}
+	return 0
+}
+
 func newWindowVecs(f promauto.Factory) *windowVecs {
 	gv := func(name, help string) *prometheus.GaugeVec {
 		return f.NewGaugeVec(promopts.Gauge(name, help), []string{"group", "resource"})
@@ -70,16 +82,10 @@ func newWindowVecs(f promauto.Factory) *windowVecs {
 // when unknown).
 func (w *windowVecs) set(win Window, rvs float64) {
 	g, r := win.Group, win.Resource
-	lower := 0.0
-	if win.LowerBound {
-		lower = 1
-	} else if math.IsNaN(win.Seconds) {
-		lower = nan
-	}
 	w.oldest.WithLabelValues(g, r).Set(float64(win.Oldest))
 	w.rvs.WithLabelValues(g, r).Set(rvs)
 	w.seconds.WithLabelValues(g, r).Set(win.Seconds)
-	w.lower.WithLabelValues(g, r).Set(lower)
+	w.lower.WithLabelValues(g, r).Set(win.LowerBoundValue())
 	w.mu.Lock()
 	w.known[[2]string{g, r}] = win
 	w.mu.Unlock()

@@ -75,8 +75,7 @@ type Cluster struct {
 	dir        string
 	bin        string
 	adminToken string
-	addr       string   // the first apiserver's
-	addrs      []string // every address the certificate is valid for
+	addrs      []string // the certificate's; the first is the first apiserver's
 	pki        *pki
 	etcd       *Process
 	etcdURL    string
@@ -181,7 +180,7 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		ips = append(ips, ip)
 	}
-	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token), addr: addr, addrs: addrs}
+	c := &Cluster{dir: dir, bin: bin, adminToken: hex.EncodeToString(token), addrs: addrs}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
@@ -219,7 +218,7 @@ func (c *Cluster) AdminConfig() *rest.Config { return c.APIServer().AdminConfig(
 // AddAPIServer starts one more kube-apiserver on the same etcd; it has a
 // watch cache of its own.
 func (c *Cluster) AddAPIServer(ctx context.Context, extraFlags ...string) (*APIServer, error) {
-	return c.addAPIServer(ctx, c.addr, 0, extraFlags)
+	return c.addAPIServer(ctx, c.addrs[0], 0, extraFlags)
 }
 
 // AddAPIServerAt starts one more kube-apiserver on the same etcd, bound to
