@@ -107,6 +107,44 @@ func TestDeploy(t *testing.T) {
 		}
 	}
 
+	// dryRun applies objs with dryRun=All: the apiserver validates each
+	// as it would store it.
+	dryRun := func(t *testing.T, objs []*unstructured.Unstructured, from string) {
+		t.Helper()
+		for _, o := range objs {
+			what := fmt.Sprintf("%s %s/%s (%s)", o.GetKind(), o.GetNamespace(), o.GetName(), from)
+			m, err := mapper.RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
+			if meta.IsNoMatchError(err) {
+				// No CRD here: decode strictly with the operator's types.
+				strictDecode(t, what, o)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "deploy-test", DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				t.Errorf("%s: server-side dry-run: %v", what, err)
+			}
+		}
+	}
+	// podDryRun creates the Deployment's pod with dryRun=All in the
+	// restricted namespace: Pod Security admission checks pods, not
+	// Deployments.
+	podDryRun := func(t *testing.T, objs []*unstructured.Unstructured) *corev1.Pod {
+		t.Helper()
+		dep := find[appsv1.Deployment](t, objs, "Deployment")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-probe", Namespace: ns}, Spec: dep.Spec.Template.Spec}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("the Deployment's pod is refused: %v", err)
+		}
+		return pod
+	}
+
 	t.Run("server-side dry-run of every object", func(t *testing.T) {
 		for _, comp := range append([]string{""}, components...) {
 			var objs []*unstructured.Unstructured
@@ -115,26 +153,7 @@ func TestDeploy(t *testing.T) {
 			} else {
 				objs = render(t, comp)
 			}
-			for _, o := range objs {
-				what := fmt.Sprintf("%s %s/%s (component %q)", o.GetKind(), o.GetNamespace(), o.GetName(), comp)
-				m, err := mapper.RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
-				if meta.IsNoMatchError(err) {
-					// No CRD here: decode strictly with the operator's types.
-					strictDecode(t, what, o)
-					continue
-				}
-				if err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-				if m.Scope.Name() == meta.RESTScopeNameNamespace {
-					ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-				}
-				_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "deploy-test", DryRun: []string{metav1.DryRunAll}})
-				if err != nil {
-					t.Errorf("%s: server-side dry-run: %v", what, err)
-				}
-			}
+			dryRun(t, objs, fmt.Sprintf("component %q", comp))
 		}
 	})
 
@@ -147,16 +166,22 @@ func TestDeploy(t *testing.T) {
 			t.Fatalf("namespace %s labels %v: want enforce=restricted", ns, nsObj.Labels)
 		}
 		applyRBAC(t, cs, base) // the pod's ServiceAccount must exist
-		dep := find[appsv1.Deployment](t, base, "Deployment")
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-probe", Namespace: ns}, Spec: dep.Spec.Template.Spec}
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			t.Errorf("the Deployment's pod is refused: %v", err)
-		}
+		pod := podDryRun(t, base)
 		// The same pod without its hardening is refused: the check is real.
 		weak := pod.DeepCopy()
 		weak.Spec.Containers[0].SecurityContext = nil
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, weak, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
 			t.Errorf("a pod without securityContext: err = %v, want a PodSecurity violation", err)
+		}
+	})
+
+	// The Helm chart's renderings, as `helm install --dry-run=server` would
+	// send them, into the same restricted namespace.
+	t.Run("helm chart: server-side dry-run and Pod Security restricted", func(t *testing.T) {
+		for _, tc := range chartCases {
+			objs := mustRenderChart(t, tc.values)
+			dryRun(t, objs, "chart "+tc.name)
+			podDryRun(t, objs)
 		}
 	})
 

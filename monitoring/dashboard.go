@@ -1,7 +1,21 @@
 package monitoring
 
-// The dashboard is built from plain maps: the JSON model of Grafana's
-// dashboards (schemaVersion 41), without an SDK to keep up with.
+// The dashboard is described by the panels table below and built with
+// Grafana's own SDK (grafana-foundation-sdk), whose types and validation
+// follow Grafana's dashboard schema.
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/heatmap"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+	"github.com/grafana/grafana-foundation-sdk/go/xychart"
+)
 
 type obj = map[string]any
 
@@ -33,8 +47,9 @@ type panel struct {
 	// rightUnit puts the series whose legend starts with "rate" on a
 	// right axis with this unit.
 	rightUnit string
-	options   obj
-	transform []obj
+	// xy maps the x and y series of an xychart by their legends.
+	xy        [2]string
+	transform []dashboard.DataTransformerConfig
 	// row starts a row of the panels after it; repeat repeats the row for
 	// each value of that variable (none: no row).
 	row    bool
@@ -65,8 +80,8 @@ func panels() []panel {
 				{expr: `max(watchcache_measured_writes_per_second{` + sel + `,source="exporter"})`, legend: "writes/s"},
 				{expr: `max(watchcache_window_seconds{` + selAS + cm + `})`, legend: "window"},
 			},
-			transform: []obj{{"id": "joinByField", "options": obj{"byField": "Time", "mode": "inner"}}},
-			options:   obj{"mapping": "auto", "series": []obj{{"x": obj{"matcher": obj{"id": "byName", "options": "writes/s"}}, "y": obj{"matcher": obj{"id": "byName", "options": "window"}}}}}},
+			transform: []dashboard.DataTransformerConfig{{Id: "joinByField", Options: obj{"byField": "Time", "mode": "inner"}}},
+			xy:        [2]string{"writes/s", "window"}},
 		{title: "Window in resourceVersions", kind: "timeseries", unit: "short", w: 12, h: 9,
 			description: "Newest RV minus the cache's oldest: the window counted in writes. With the exporter as the only ConfigMap writer it equals the cache's capacity, which estimated_capacity_events (its own writes in the window) bounds from below.",
 			targets: []target{
@@ -137,13 +152,12 @@ func panels() []panel {
 				{expr: `max by (group, resource) (watchcache_resource_objects{` + sel + `})`, table: true},
 				{expr: `max by (group, resource) (watch_cache_capacity{job=~"$apiserver_job"})`, table: true},
 			},
-			transform: []obj{
-				{"id": "merge", "options": obj{}},
-				{"id": "organize", "options": obj{"excludeByName": obj{"Time": true},
+			transform: []dashboard.DataTransformerConfig{
+				{Id: "merge", Options: obj{}},
+				{Id: "organize", Options: obj{"excludeByName": obj{"Time": true},
 					"renameByName": obj{"Value #A": "window", "Value #B": "lower bound", "Value #C": "objects", "Value #D": "capacity (events)"}}},
-				{"id": "sortBy", "options": obj{"sort": []obj{{"field": "window", "desc": false}}}},
-			},
-			options: obj{"showHeader": true}},
+				{Id: "sortBy", Options: obj{"sort": []obj{{"field": "window", "desc": false}}}},
+			}},
 		{title: "Window of $resource against its write rate", kind: "timeseries", unit: "s", rightUnit: "wps", w: 12, h: 12,
 			description: "The chosen resource's window per apiserver, against its write rate on the right: the events its watch cache received per second (where Prometheus scrapes the apiservers), and how fast the exporter saw the cache's oldest RV advance (RVs count every write in the cluster, so this is the cluster's write rate, one window late). The window is capacity / rate: it halves when the rate doubles, until the cache doubles its capacity.",
 			targets: []target{
@@ -188,93 +202,137 @@ func panels() []panel {
 	}
 }
 
+// panelBuilder is what every panel kind's builder offers.
+type panelBuilder[B any] interface {
+	*B
+	cog.Builder[dashboard.Panel]
+	Id(uint32) *B
+	Title(string) *B
+	Description(string) *B
+	Datasource(common.DataSourceRef) *B
+	Span(uint32) *B
+	Height(uint32) *B
+	Unit(string) *B
+	WithTarget(cog.Builder[variants.Dataquery]) *B
+	WithTransformation(dashboard.DataTransformerConfig) *B
+}
+
+// build sets what every panel has: title, size, unit, queries and
+// transformations.
+func build[B any, P panelBuilder[B]](b P, id int, p panel, ds common.DataSourceRef) P {
+	// Each setter returns *B, not P: no chaining here.
+	b.Id(uint32(id))
+	b.Title(p.title)
+	b.Description(p.description)
+	b.Datasource(ds)
+	b.Span(uint32(p.w))
+	b.Height(uint32(p.h))
+	b.Unit(p.unit)
+	for j, t := range p.targets {
+		q := prometheus.NewDataqueryBuilder().Datasource(ds).Expr(t.expr).LegendFormat(t.legend).
+			RefId(string(rune('A' + j))).Range()
+		switch {
+		case t.heatmap:
+			q.Format(prometheus.PromQueryFormatHeatmap)
+		case t.table:
+			q.Format(prometheus.PromQueryFormatTable).Instant()
+		}
+		b.WithTarget(q)
+	}
+	for _, tr := range p.transform {
+		b.WithTransformation(tr)
+	}
+	return b
+}
+
+// rightAxis puts the series whose legend starts with "rate: " on a right
+// axis with the unit given.
+func rightAxis(unit string) []dashboard.DynamicConfigValue {
+	return []dashboard.DynamicConfigValue{{Id: "custom.axisPlacement", Value: "right"}, {Id: "unit", Value: unit}}
+}
+
+const rateSeries = "^rate: .*"
+
+// legend and tooltip set what the SDK's zero values leave off or empty:
+// a legend shown, a tooltip mode.
+func legend() *common.VizLegendOptionsBuilder {
+	return common.NewVizLegendOptionsBuilder().ShowLegend(true).
+		DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom)
+}
+
+func tooltip(mode common.TooltipDisplayMode) *common.VizTooltipOptionsBuilder {
+	return common.NewVizTooltipOptionsBuilder().Mode(mode).Sort(common.SortOrderNone)
+}
+
 // Dashboard is the Grafana dashboard.
-func Dashboard() obj {
-	ds := obj{"type": "prometheus", "uid": "${datasource}"}
-	var out []obj
-	x, y, rowH := 0, 0, 0
+func Dashboard() (dashboard.Dashboard, error) {
+	ds := common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+	d := dashboard.NewDashboardBuilder("Kubernetes watch cache history").
+		Uid("watchcache-exporter").
+		Description("How long the kube-apiserver's watch cache keeps its history, measured by watchcache-exporter.").
+		Tags([]string{"kubernetes", "apiserver", "watchcache-exporter"}).
+		Editable().
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Time("now-3h", "now").
+		Refresh("30s")
 	for i, p := range panels() {
+		id := i + 1
 		if p.row {
-			if x > 0 {
-				x, y, rowH = 0, y+rowH, 0
-			}
-			r := obj{"id": i + 1, "type": "row", "title": p.title, "collapsed": false, "panels": []obj{},
-				"gridPos": obj{"x": 0, "y": y, "w": 24, "h": 1}}
+			r := dashboard.NewRowBuilder(p.title).Id(uint32(id)).Collapsed(false)
 			if p.repeat != "" {
-				r["repeat"] = p.repeat
+				r.Repeat(p.repeat)
 			}
-			out = append(out, r)
-			y++
+			d.WithRow(r)
 			continue
 		}
-		if x+p.w > 24 {
-			x, y, rowH = 0, y+rowH, 0
-		}
-		var targets []obj
-		for j, t := range p.targets {
-			tt := obj{"datasource": ds, "expr": t.expr, "legendFormat": t.legend, "refId": string(rune('A' + j)), "range": true}
-			if t.heatmap {
-				tt["format"] = "heatmap"
+		var b cog.Builder[dashboard.Panel]
+		switch p.kind {
+		case "timeseries":
+			ts := build(timeseries.NewPanelBuilder(), id, p, ds).Legend(legend()).Tooltip(tooltip(common.TooltipDisplayModeMulti))
+			if p.rightUnit != "" {
+				ts.OverrideByRegexp(rateSeries, rightAxis(p.rightUnit))
 			}
-			if t.table {
-				tt["format"], tt["instant"], tt["range"] = "table", true, false
-			}
-			targets = append(targets, tt)
+			b = ts
+		case "xychart":
+			b = build(xychart.NewPanelBuilder(), id, p, ds).Legend(legend()).Tooltip(tooltip(common.TooltipDisplayModeSingle)).
+				Mapping(xychart.SeriesMappingAuto).
+				Series([]cog.Builder[xychart.XYSeriesConfig]{xychart.NewXYSeriesConfigBuilder().
+					X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(xychart.NewMatcherConfigBuilder().Id("byName").Options(p.xy[0]))).
+					Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(xychart.NewMatcherConfigBuilder().Id("byName").Options(p.xy[1])))})
+		case "heatmap":
+			b = build(heatmap.NewPanelBuilder(), id, p, ds).Tooltip(heatmap.NewHeatmapTooltipBuilder().Mode(common.TooltipDisplayModeSingle))
+		case "stat":
+			b = build(stat.NewPanelBuilder(), id, p, ds).Orientation(common.VizOrientationAuto).
+				ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}))
+		case "table":
+			b = build(table.NewPanelBuilder(), id, p, ds).ShowHeader(true)
+		default:
+			panic("monitoring: no builder for panel kind " + p.kind)
 		}
-		fc := obj{"defaults": obj{"unit": p.unit}, "overrides": []obj{}}
-		if p.rightUnit != "" {
-			fc["overrides"] = []obj{{
-				"matcher":    obj{"id": "byRegexp", "options": "^rate: .*"},
-				"properties": []obj{{"id": "custom.axisPlacement", "value": "right"}, {"id": "unit", "value": p.rightUnit}},
-			}}
-		}
-		po := obj{"id": i + 1, "type": p.kind, "title": p.title, "description": p.description,
-			"datasource": ds, "gridPos": obj{"x": x, "y": y, "w": p.w, "h": p.h},
-			"targets": targets, "fieldConfig": fc}
-		if p.options != nil {
-			po["options"] = p.options
-		}
-		if p.transform != nil {
-			po["transformations"] = p.transform
-		}
-		out = append(out, po)
-		x += p.w
-		rowH = max(rowH, p.h)
+		d.WithPanel(b)
 	}
-	variable := func(name, label, query string, all bool) obj {
-		v := obj{"name": name, "label": label, "type": "query", "datasource": ds,
-			"query": obj{"query": query, "refId": name}, "definition": query, "refresh": 2, "sort": 1,
-			"includeAll": all, "multi": all, "current": obj{}}
+	variable := func(name, label, query string, all bool) *dashboard.QueryVariableBuilder {
+		v := dashboard.NewQueryVariableBuilder(name).Label(label).Datasource(ds).
+			Query(dashboard.StringOrMap{Map: obj{"query": query, "refId": name}}).Definition(query).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
+			IncludeAll(all).Multi(all)
 		if all {
-			v["allValue"] = ".+"
+			v.AllValue(".+")
 		}
 		return v
 	}
 	// The job under which Prometheus scrapes the apiservers (kube-prometheus-
 	// stack: apiserver); without one, the row that needs it has no repeat
 	// and is not shown.
-	apiserverJob := variable("apiserver_job", "Apiserver job", `label_values(apiserver_request_total, job)`, false)
-	apiserverJob["description"] = "The Prometheus job that scrapes the kube-apiservers' /metrics, for the capacity column and the LIST-rate row; none hides them."
-	return obj{
-		"title":         "Kubernetes watch cache history",
-		"uid":           "watchcache-exporter",
-		"description":   "How long the kube-apiserver's watch cache keeps its history, measured by watchcache-exporter.",
-		"tags":          []string{"kubernetes", "apiserver", "watchcache-exporter"},
-		"schemaVersion": 41,
-		"editable":      true,
-		"graphTooltip":  1,
-		"time":          obj{"from": "now-3h", "to": "now"},
-		"refresh":       "30s",
-		"panels":        out,
-		"templating": obj{"list": []obj{
-			{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "current": obj{}},
-			variable("job", "Job", `label_values(watchcache_exporter_build_info, job)`, true),
-			variable("instance", "Instance", `label_values(watchcache_exporter_build_info{job=~"$job"}, instance)`, true),
-			variable("apiserver", "Apiserver", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, apiserver)`, true),
-			variable("resource", "Resource", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, resource)`, true),
-			apiserverJob,
-		}},
-	}
+	return d.
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(variable("job", "Job", `label_values(watchcache_exporter_build_info, job)`, true)).
+		WithVariable(variable("instance", "Instance", `label_values(watchcache_exporter_build_info{job=~"$job"}, instance)`, true)).
+		WithVariable(variable("apiserver", "Apiserver", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, apiserver)`, true)).
+		WithVariable(variable("resource", "Resource", `label_values(watchcache_window_seconds{job=~"$job",instance=~"$instance"}, resource)`, true)).
+		WithVariable(variable("apiserver_job", "Apiserver job", `label_values(apiserver_request_total, job)`, false).
+			Description("The Prometheus job that scrapes the kube-apiservers' /metrics, for the capacity column and the LIST-rate row; none hides them.")).
+		Build()
 }
 
 // DashboardQueries lists every PromQL expression of the dashboard: panel

@@ -21,10 +21,14 @@ func Files() (map[string][]byte, error) {
 		"metadata": map[string]any{
 			"name":      "watchcache-exporter",
 			"namespace": "watchcache-exporter",
-			"labels":    map[string]string{"app.kubernetes.io/name": "watchcache-exporter"},
+			"labels":    map[string]string{"app.kubernetes.io/name": "watchcache-exporter", "app.kubernetes.io/part-of": "watchcache-exporter"},
 		},
 		"spec": Rules(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	d, err := Dashboard()
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +36,7 @@ func Files() (map[string][]byte, error) {
 	enc := json.NewEncoder(&dash)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(Dashboard()); err != nil {
+	if err := enc.Encode(d); err != nil {
 		return nil, err
 	}
 	return map[string][]byte{
@@ -41,5 +45,8 @@ func Files() (map[string][]byte, error) {
 		"dashboards/watchcache.json":                                dash.Bytes(),
 		// Kustomize reads only files under its own folder.
 		"deploy/components/grafana-dashboards/watchcache.json": dash.Bytes(),
+		// Helm's .Files reads only files inside the chart.
+		"charts/watchcache-exporter/files/rules.yml":       append([]byte(generated), rules...),
+		"charts/watchcache-exporter/files/watchcache.json": dash.Bytes(),
 	}, nil
 }

@@ -75,17 +75,21 @@ scrape_configs:
 			t.Errorf("dashboard query %d returned no series: %s", i, q)
 		}
 	}
-	for _, v := range Dashboard()["templating"].(obj)["list"].([]obj) {
-		def, ok := v["definition"].(string)
-		if !ok {
+	dash, err := Dashboard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range dash.Templating.List {
+		if v.Definition == nil {
 			continue
 		}
+		def := *v.Definition
 		// label_values(selector, label)
 		inner := strings.TrimSuffix(strings.TrimPrefix(def, "label_values("), ")")
 		i := strings.LastIndex(inner, ",")
 		selector, label := strings.TrimSpace(variables.Replace(inner[:i])), strings.TrimSpace(inner[i+1:])
 		if vals := prom.LabelValues(t, label, selector); len(vals) == 0 {
-			t.Errorf("variable %s: no values of %s in %s", v["name"], label, selector)
+			t.Errorf("variable %s: no values of %s in %s", v.Name, label, selector)
 		}
 	}
 	if docs {

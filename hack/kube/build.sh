@@ -4,16 +4,29 @@
 # for the local node (internal/testnode), and the kubectl that applies
 # deploy/ to it (the same version, so no version skew). Does nothing for binaries of the
 # right version that are already there.
+#
+# With --version v1.XX it builds only that minor's kube-apiserver, pinned by
+# versions/v1.XX/go.mod, into bin/v1.XX/ (for make test-versions; etcd is
+# the same for every version).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 node=false
+mod=$here
 if [ "${1:-}" = --node ]; then node=true; shift; fi
-bin=${1:-$here/../../bin}
-mkdir -p "$bin"
-bin=$(cd "$bin" && pwd)
+if [ "${1:-}" = --version ]; then
+	[ -f "$here/versions/${2:-}/go.mod" ] || { echo "--version: no module hack/kube/versions/${2:-}/go.mod (have: $(ls "$here/versions"))" >&2; exit 2; }
+	mod=$here/versions/$2
+	bin=${3:-$here/../../bin}/$2
+	mkdir -p "$bin"
+	bin=$(cd "$bin" && pwd)
+else
+	bin=${1:-$here/../../bin}
+	mkdir -p "$bin"
+	bin=$(cd "$bin" && pwd)
+fi
 
-kube_version=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+kube_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(cd "$here" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 
 have() {
@@ -47,12 +60,14 @@ if [ ${#todo[@]} -gt 0 ]; then
 	echo "building ${todo[*]} $kube_version (from empty Go caches on 2 cores: kube-apiserver about 5 minutes, the node's five about 2.5 more)"
 	# One go build: the commands share most packages.
 	t0=$SECONDS
-	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")
+	(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w$x" -o "$bin/" "${pkgs[@]}")
 	echo "built ${todo[*]} in $((SECONDS - t0)) s"
 	for c in "${todo[@]}"; do
 		have "$c" "Kubernetes $kube_version" || { echo "bin/$c does not report $kube_version" >&2; exit 1; }
 	done
 fi
+
+[ "$mod" = "$here" ] || exit 0
 
 if have etcd "etcd Version: ${etcd_version#v}"; then
 	echo "bin/etcd $etcd_version is present"

@@ -1,0 +1,270 @@
+package deploy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "../charts/watchcache-exporter"
+
+// chartCases are the chart's settings and the kustomize components that
+// give the same objects.
+var chartCases = []struct {
+	name   string
+	values string
+	comps  []string
+}{
+	{"defaults", ``, nil},
+	{"prometheus-operator", "serviceMonitor: {enabled: true}\nprometheusRule: {enabled: true}", []string{"prometheus-operator"}},
+	{"discovery", "discovery: {enabled: true}", []string{"discovery"}},
+	{"apf", "apf: {enabled: true}", []string{"apf"}},
+	{"grafana-dashboards", "grafanaDashboards: {enabled: true}", []string{"grafana-dashboards"}},
+	{"resources", "resourceWindows: {enabled: true}", []string{"resources"}},
+	{"resources-all", "resourceWindows: {enabled: true, all: true}", []string{"resources-all"}},
+	{"all on", allOn, []string{"prometheus-operator", "discovery", "apf", "grafana-dashboards", "resources"}},
+}
+
+const allOn = `serviceMonitor: {enabled: true}
+prometheusRule: {enabled: true}
+discovery: {enabled: true}
+apf: {enabled: true}
+grafanaDashboards: {enabled: true}
+resourceWindows: {enabled: true}`
+
+func parseValues(t *testing.T, values string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatalf("values %q: %v", values, err)
+	}
+	return vals
+}
+
+// renderChart is `helm template watchcache-exporter charts/watchcache-exporter
+// -n watchcache-exporter -f values` through Helm's SDK.
+func renderChart(t *testing.T, values string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.Replace = true
+	install.ReleaseName = "watchcache-exporter"
+	install.Namespace = ns
+	install.KubeVersion = kubeVersion(t)
+	rel, err := install.Run(chrt, parseValues(t, values))
+	if err != nil {
+		return nil, err
+	}
+	r, ok := rel.(*release.Release)
+	if !ok {
+		t.Fatalf("release is a %T", rel)
+	}
+	var objs []*unstructured.Unstructured
+	for doc := range strings.SplitSeq(r.Manifest, "\n---\n") {
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("rendered manifest: %v\n%s", err, doc)
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs, nil
+}
+
+// kubeVersion is the version of the apiserver the tests run, for the
+// chart's kubeVersion check (Helm's offline default is v1.20).
+func kubeVersion(t *testing.T) *common.KubeVersion {
+	t.Helper()
+	v, err := common.ParseKubeVersion("v1.37.2") // hack/kube's
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func mustRenderChart(t *testing.T, values string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := renderChart(t, values)
+	if err != nil {
+		t.Fatalf("helm template with %q: %v", values, err)
+	}
+	return objs
+}
+
+// helmLabels are the labels only Helm's objects carry: who installed them,
+// which release and chart. Everything else must be the same.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+// comparable turns objects into JSON-shaped maps by kind/namespace/name,
+// without Helm's labels. The chart does not make the Namespace (Helm's
+// --create-namespace cannot label it restricted), so it is left out.
+func comparable(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			continue
+		}
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		dropHelmLabels(m)
+		key := fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		if _, dup := out[key]; dup {
+			t.Fatalf("%s rendered twice", key)
+		}
+		out[key] = m
+	}
+	return out
+}
+
+// dropHelmLabels removes helmLabels from every label or selector map.
+func dropHelmLabels(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, c := range v {
+			if k == "labels" || k == "matchLabels" || k == "selector" {
+				if m, ok := c.(map[string]any); ok {
+					for _, l := range helmLabels {
+						delete(m, l)
+					}
+					if len(m) == 0 {
+						delete(v, k)
+					}
+				}
+			}
+			dropHelmLabels(c)
+		}
+	case []any:
+		for _, c := range v {
+			dropHelmLabels(c)
+		}
+	}
+}
+
+// TestChartMatchesKustomize renders the chart and deploy/ for the same
+// settings and compares every object.
+func TestChartMatchesKustomize(t *testing.T) {
+	for _, tc := range chartCases {
+		t.Run(tc.name, func(t *testing.T) {
+			chart := comparable(t, mustRenderChart(t, tc.values))
+			kust := comparable(t, render(t, tc.comps...))
+			if diff := cmp.Diff(kust, chart); diff != "" {
+				t.Errorf("chart (+) and kustomize %v (-) differ:\n%s", tc.comps, diff)
+			}
+			// Helm's labels are on every object, so that `helm
+			// uninstall` and selectors by release find them.
+			for _, o := range mustRenderChart(t, tc.values) {
+				if got := o.GetLabels()["app.kubernetes.io/instance"]; got != "watchcache-exporter" {
+					t.Errorf("%s %s: app.kubernetes.io/instance = %q", o.GetKind(), o.GetName(), got)
+				}
+			}
+		})
+	}
+}
+
+// TestChartNames: the exporter's names set in values reach both its flags
+// and the Role's resourceNames, which kustomize users must edit in two
+// places.
+func TestChartNames(t *testing.T) {
+	objs := mustRenderChart(t, "exporter: {quietName: q, noisePrefix: n-, loadObjects: 2, loadRate: 0}\nresourceWindows: {enabled: true, resources: [pods, leases.coordination.k8s.io]}\nextraArgs: [--load.max-rate=50]")
+	dep := find[appsv1.Deployment](t, objs, "Deployment")
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	want := []string{"--load.rate=0", "--log.format=json", "--quiet.name=q", "--noise.prefix=n-", "--load.objects=2", "--resources=pods,leases.coordination.k8s.io", "--load.max-rate=50"}
+	if !slices.Equal(args, want) {
+		t.Errorf("args = %q, want %q", args, want)
+	}
+	role := ruleNames(find[rbacv1.Role](t, objs, "Role").Rules)
+	for _, w := range []string{"get,delete [q n-0 n-1]", "patch [n-0 n-1]", "update [q]", "list,watch [q]", "get,update,delete [q]"} {
+		if !slices.Contains(role, w) {
+			t.Errorf("Role rules %q: no rule %q", role, w)
+		}
+	}
+	var cr []string
+	for _, r := range find[rbacv1.ClusterRole](t, objs, "ClusterRole").Rules {
+		cr = append(cr, fmt.Sprintf("%s %q %q", strings.Join(r.Verbs, ","), r.APIGroups, r.Resources))
+	}
+	if want := []string{`list,watch [""] ["pods"]`, `list,watch ["coordination.k8s.io"] ["leases"]`}; !slices.Equal(cr, want) {
+		t.Errorf("ClusterRole rules %q, want %q", cr, want)
+	}
+}
+
+func ruleNames(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		out = append(out, fmt.Sprintf("%s %v", strings.Join(r.Verbs, ","), r.ResourceNames))
+	}
+	return out
+}
+
+// TestChartValuesSchema: values.schema.json refuses bad values, naming the
+// value.
+func TestChartValuesSchema(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{"exporter: {loadObjects: 0}", "loadObjects"},
+		{"exporter: {loadObjects: 1001}", "loadObjects"},
+		{"exporter: {loadRate: -1}", "loadRate"},
+		{"exporter: {loadRate: fast}", "loadRate"},
+		{"exporter: {quietName: Quiet_CM}", "quietName"},
+		{"exporter: {logFormat: xml}", "logFormat"},
+		{"serviceMonitr: {enabled: true}", "serviceMonitr"},
+		{"serviceMonitor: {enabled: yes-please}", "enabled"},
+		{"serviceMonitor: {interval: 15}", "interval"},
+		{"image: {pullPolicy: Sometimes}", "pullPolicy"},
+		{"resourceWindows: {resources: [Pods!]}", "resources"},
+		{"extraArgs: [load.rate=5]", "extraArgs"},
+		{"service: {port: 70000}", "port"},
+	} {
+		_, err := renderChart(t, tc.values)
+		if err == nil {
+			t.Errorf("values %q accepted", tc.values)
+			continue
+		}
+		if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("values %q: error %q does not name %s", tc.values, err, tc.want)
+		}
+	}
+}
+
+// TestChartLint is `helm lint --strict` of every rendering tested.
+func TestChartLint(t *testing.T) {
+	for _, tc := range chartCases {
+		lint := action.NewLint()
+		lint.Strict = true
+		lint.Namespace = ns
+		lint.KubeVersion = kubeVersion(t)
+		res := lint.Run([]string{chartDir}, parseValues(t, tc.values))
+		for _, m := range res.Messages {
+			if m.Severity <= support.InfoSev { // "icon is recommended"
+				continue
+			}
+			t.Errorf("%s: lint: %s", tc.name, m)
+		}
+		for _, err := range res.Errors {
+			t.Errorf("%s: lint: %v", tc.name, err)
+		}
+	}
+}
