@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test e2e vet fmt-check kind-e2e clean
+.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test test-versions e2e vet fmt-check kind-e2e clean
 
 all: build
 
@@ -80,6 +80,7 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags kind ./test/kind/
+	$(GO) vet -tags versions ./test/versions/
 	cd hack/image && $(GO) vet ./...
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
@@ -88,6 +89,18 @@ vet:
 # clone.
 test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 40m ./...
+
+# The watch cache facts the exporter relies on, checked on kube-apiserver of
+# each minor version in hack/kube/versions and on the pinned one (about 5
+# minutes each, plus about 7 minutes to build each version the first time;
+# docs/compatibility.md has the figures). Not part of make test, for time.
+KUBE_VERSIONS ?= $(notdir $(wildcard hack/kube/versions/v*))
+test-versions: kube-bin
+	for v in $(KUBE_VERSIONS); do ./hack/kube/build.sh --version $$v || exit 1; done
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 WATCHCACHE_KUBE_VERSIONS="$(KUBE_VERSIONS) ." \
+		WATCHCACHE_COMPAT_ROWS=$(CURDIR)/bin/compatibility-rows.md \
+		$(GO) test -race -tags versions -count=1 -v -timeout 60m ./test/versions/
+	@cat bin/compatibility-rows.md
 
 # deploy/ on the local node from pinned modules, without Docker, scraped by
 # Prometheus through Kubernetes service discovery; also part of make test.

@@ -24,7 +24,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/internal/promtest"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -161,25 +161,18 @@ func TestQueriesParseAndNameRegisteredMetrics(t *testing.T) {
 	}
 }
 
-// promtool comes with Debian's prometheus package (make prometheus).
-func promtool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		testcluster.Missing(t, "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)")
-	}
-	return p
-}
-
+// TestPromtoolRules checks the rules and runs their unit tests with the
+// promtool of each Prometheus version tested (2.42 and 3.x).
 func TestPromtoolRules(t *testing.T) {
-	bin := promtool(t)
-	for _, args := range [][]string{
-		{"check", "rules", "rules.yml"},
-		{"test", "rules", "rules_test.yml"},
-	} {
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err != nil {
-			t.Errorf("promtool %v: %v\n%s", args, err, out)
+	for _, bin := range promtest.Promtools(t) {
+		for _, args := range [][]string{
+			{"check", "rules", "rules.yml"},
+			{"test", "rules", "rules_test.yml"},
+		} {
+			out, err := exec.Command(bin.Path, args...).CombinedOutput()
+			if err != nil {
+				t.Errorf("promtool %s %v: %v\n%s", bin.Name, args, err, out)
+			}
 		}
 	}
 	// Every alert has a test case.

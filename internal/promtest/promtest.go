@@ -1,5 +1,6 @@
-// Package promtest runs Debian's Prometheus server for a test and queries it
-// through its HTTP API.
+// Package promtest runs a real Prometheus server for a test, Debian's 2.42
+// or the 3.x that hack/prometheus builds, and queries it through its HTTP
+// API.
 package promtest
 
 import (
@@ -11,10 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
@@ -23,23 +28,85 @@ import (
 type Server struct {
 	// Base is its http://host:port.
 	Base string
+	// Version is what its --version says, e.g. 2.42.0.
+	Version string
 }
 
-// Start runs Prometheus with the configuration cfg (native histograms on)
-// until t ends, and waits for it to be ready. Without the binary the test is
-// skipped, or failed with $WATCHCACHE_REQUIRE_KUBE=1.
-func Start(t *testing.T, cfg string) Server {
+// Binary is a Prometheus server or promtool of one version.
+type Binary struct {
+	Name string // "2.42 (Debian)", "3.x (module)"
+	Path string
+}
+
+// Servers are the Prometheus servers the dashboards and rules are tested
+// on: Debian's 2.42 (make prometheus) and the 3.x built from the module
+// go.mod pins (make e2e-bin). A missing one skips the test, or fails it
+// with $WATCHCACHE_REQUIRE_KUBE=1.
+func Servers(t *testing.T) []Binary { return binaries(t, "prometheus") }
+
+// Promtools are the promtools of Servers' versions.
+func Promtools(t *testing.T) []Binary { return binaries(t, "promtool") }
+
+func binaries(t *testing.T, name string) []Binary {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
+	debian, err := exec.LookPath(name)
 	if err != nil {
-		testcluster.Missing(t, "prometheus not found; install Debian's prometheus package with `make prometheus` (make test does)")
+		testcluster.Missing(t, name+" not found; install Debian's prometheus package with `make prometheus` (make test does)")
 	}
-	return StartBinary(t, bin, cfg)
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(built); err != nil {
+		testcluster.Missing(t, "bin/"+name+" not found; build Prometheus 3 with `make e2e-bin` (make test does)")
+	}
+	return []Binary{{Name: "Debian " + version(t, debian), Path: debian}, {Name: "module " + version(t, built), Path: built}}
 }
 
-// StartBinary is Start with the server binary bin.
+// version is the X.Y.Z that bin --version reports.
+func version(t *testing.T, bin string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", bin, err, out)
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s --version: no version in %q", bin, out)
+	}
+	return string(m[1])
+}
+
+var versionRE = regexp.MustCompile(`version (\d+\.\d+\.\d+)`)
+
+// StartBinary runs the Prometheus server bin with the configuration cfg
+// until t ends, and waits for it to be ready. Native histograms are
+// turned on as the version wants it: 2.x by a feature flag, 3.x (where that
+// flag is a no-op since 3.8) by scrape_native_histograms in the global
+// configuration.
 func StartBinary(t *testing.T, bin, cfg string) Server {
 	t.Helper()
+	ver := version(t, bin)
+	flags := []string{"--enable-feature=native-histograms"}
+	if !strings.HasPrefix(ver, "2.") {
+		flags = nil
+		var c map[string]any
+		if err := yaml.Unmarshal([]byte(cfg), &c); err != nil {
+			t.Fatalf("prometheus configuration: %v", err)
+		}
+		g, _ := c["global"].(map[string]any)
+		if g == nil {
+			g = map[string]any{}
+		}
+		g["scrape_native_histograms"] = true
+		c["global"] = g
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = string(b)
+	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -53,11 +120,10 @@ func StartBinary(t *testing.T, bin, cfg string) Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--enable-feature=native-histograms")
+	cmd := exec.Command(bin, append([]string{
+		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr}, flags...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -72,7 +138,7 @@ func StartBinary(t *testing.T, bin, cfg string) Server {
 			t.Logf("prometheus log:\n%s", b)
 		}
 	})
-	p := Server{Base: "http://" + addr}
+	p := Server{Base: "http://" + addr, Version: ver}
 	for i := 0; ; i++ {
 		resp, err := http.Get(p.Base + "/-/ready")
 		if err == nil {
