@@ -42,7 +42,7 @@ $node && cmds+=(kube-controller-manager kube-scheduler kubelet kube-proxy kubect
 todo=()
 for c in "${cmds[@]}"; do
 	if have "$c" "Kubernetes $kube_version"; then
-		echo "bin/$c $kube_version is present"
+		echo "${bin#"$(cd "$here/../.." && pwd)/"}/$c $kube_version is present"
 	else
 		todo+=("$c")
 	fi
