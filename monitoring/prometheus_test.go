@@ -81,6 +81,14 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	for _, prom := range proms {
+		// Native histograms are on in each version: the histograms are
+		// stored as native ones only, which the quantile panels must read.
+		if res := prom.Query(t, `histogram_count(rate(watchcache_load_write_duration_seconds[1m]))`); len(res) == 0 {
+			t.Errorf("Prometheus %s: no native histogram stored", prom.Version)
+		}
+		if res := prom.Query(t, `watchcache_load_write_duration_seconds_bucket`); len(res) != 0 {
+			t.Errorf("Prometheus %s: classic buckets stored beside the native histogram", prom.Version)
+		}
 		for i, q := range DashboardQueries() {
 			if res := prom.Query(t, variables.Replace(q)); len(res) == 0 {
 				t.Errorf("Prometheus %s: dashboard query %d returned no series: %s", prom.Version, i, q)
