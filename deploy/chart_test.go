@@ -113,10 +113,10 @@ func mustRenderChart(t *testing.T, values string) []*unstructured.Unstructured {
 // which release and chart. Everything else must be the same.
 var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
 
-// comparable turns objects into JSON-shaped maps by kind/namespace/name,
+// byKey turns objects into JSON-shaped maps by kind/namespace/name,
 // without Helm's labels. The chart does not make the Namespace (Helm's
 // --create-namespace cannot label it restricted), so it is left out.
-func comparable(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
 	t.Helper()
 	out := map[string]any{}
 	for _, o := range objs {
@@ -170,14 +170,15 @@ func dropHelmLabels(v any) {
 func TestChartMatchesKustomize(t *testing.T) {
 	for _, tc := range chartCases {
 		t.Run(tc.name, func(t *testing.T) {
-			chart := comparable(t, mustRenderChart(t, tc.values))
-			kust := comparable(t, render(t, tc.comps...))
+			objs := mustRenderChart(t, tc.values)
+			chart := byKey(t, objs) // a copy: objs keep Helm's labels
+			kust := byKey(t, render(t, tc.comps...))
 			if diff := cmp.Diff(kust, chart); diff != "" {
 				t.Errorf("chart (+) and kustomize %v (-) differ:\n%s", tc.comps, diff)
 			}
 			// Helm's labels are on every object, so that `helm
 			// uninstall` and selectors by release find them.
-			for _, o := range mustRenderChart(t, tc.values) {
+			for _, o := range objs {
 				if got := o.GetLabels()["app.kubernetes.io/instance"]; got != "watchcache-exporter" {
 					t.Errorf("%s %s: app.kubernetes.io/instance = %q", o.GetKind(), o.GetName(), got)
 				}

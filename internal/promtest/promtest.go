@@ -34,7 +34,7 @@ type Server struct {
 
 // Binary is a Prometheus server or promtool of one version.
 type Binary struct {
-	Name string // "2.42 (Debian)", "3.x (module)"
+	Name string // "Debian 2.42.0", "module 3.16.0"
 	Path string
 }
 
@@ -82,9 +82,9 @@ var versionRE = regexp.MustCompile(`version (\d+\.\d+\.\d+)`)
 
 // StartBinary runs the Prometheus server bin with the configuration cfg
 // until t ends, and waits for it to be ready. Native histograms are
-// turned on as the version wants it: 2.x by a feature flag, 3.x (where that
-// flag is a no-op since 3.8) by scrape_native_histograms in the global
-// configuration.
+// turned on as the version wants it: 2.x by a feature flag, 3.x by
+// scrape_native_histograms in the global configuration (from 3.8 on the
+// flag does nothing; older 3.x are not tested here).
 func StartBinary(t *testing.T, bin, cfg string) Server {
 	t.Helper()
 	ver := version(t, bin)
