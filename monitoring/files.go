@@ -32,6 +32,7 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	rulesFile := append([]byte(generated), rules...)
 	var dash bytes.Buffer
 	enc := json.NewEncoder(&dash)
 	enc.SetIndent("", "  ")
@@ -40,13 +41,13 @@ func Files() (map[string][]byte, error) {
 		return nil, err
 	}
 	return map[string][]byte{
-		"monitoring/rules.yml": append([]byte(generated), rules...),
+		"monitoring/rules.yml": rulesFile,
 		"deploy/components/prometheus-operator/prometheusrule.yaml": append([]byte(generated), cr...),
 		"dashboards/watchcache.json":                                dash.Bytes(),
 		// Kustomize reads only files under its own folder.
 		"deploy/components/grafana-dashboards/watchcache.json": dash.Bytes(),
 		// Helm's .Files reads only files inside the chart.
-		"charts/watchcache-exporter/files/rules.yml":       append([]byte(generated), rules...),
+		"charts/watchcache-exporter/files/rules.yml":       rulesFile,
 		"charts/watchcache-exporter/files/watchcache.json": dash.Bytes(),
 	}, nil
 }

@@ -2,9 +2,6 @@ package daemon_test
 
 import (
 	"fmt"
-	"math"
-	"net/url"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
@@ -47,7 +45,13 @@ func TestWindowAgainstRate(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	idA, idB := hostOf(t, a.URL()), hostOf(t, b.URL())
+	// The "apiserver" label values, as the exporter derives them.
+	list := a.URL() + "," + b.URL()
+	eps, err := apiservers.ParseList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, idB := eps[0].ID, eps[1].ID
 	steps := []struct {
 		rate float64
 		dur  time.Duration
@@ -57,7 +61,7 @@ func TestWindowAgainstRate(t *testing.T) {
 		sched = append(sched, fmt.Sprintf("%v:%s", s.rate, s.dur))
 	}
 	loaded := start(t, c.AdminConfig(), "--namespace="+testNS,
-		"--apiservers="+a.URL()+","+b.URL(), "--load.schedule="+strings.Join(sched, ","))
+		"--apiservers="+list, "--load.schedule="+strings.Join(sched, ","))
 	passive := start(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
 		"--quiet.name=watchcache-quiet-passive", "--apiservers="+b.URL(), "--apiserver.history-window=135s")
 
@@ -109,16 +113,16 @@ func TestWindowAgainstRate(t *testing.T) {
 		}
 		first, end := last[0], last[len(last)-1]
 		achieved := (end.writes - first.writes) / end.at.Sub(first.at).Seconds()
-		window := median(last, func(x sample) float64 { return x.window })
-		predicted := median(last, func(x sample) float64 { return x.predicted })
+		window := exportertest.Median(last, func(x sample) float64 { return x.window })
+		predicted := exportertest.Median(last, func(x sample) float64 { return x.predicted })
 		capA := end.capacityA
 		t.Logf("step %d: target %v writes/s, achieved %.2f; window %.2f s, predicted %.2f s, capacity %v (capacity/rate %.2f s), window %v RVs, estimated capacity %v; B: capacity %v, window %.2f s (passive exporter %.2f s, predicted %.2f s)",
 			i+1, s.rate, achieved, window, predicted, capA, capA/achieved, end.windowV, end.estimatedA,
 			end.capacityB, end.windowB, end.passiveB, end.predictB)
-		if !within(window, predicted, 0.05) {
+		if !exportertest.Within(window, predicted, 0.05) {
 			t.Errorf("step %d: window %.2f s, predicted %.2f s: more than 5%% apart", i+1, window, predicted)
 		}
-		if !within(window, capA/achieved, 0.05) {
+		if !exportertest.Within(window, capA/achieved, 0.05) {
 			t.Errorf("step %d: window %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", i+1, window, capA, achieved, capA/achieved)
 		}
 		t.Logf("step %d: window %v RVs (%+.2f%%), estimated capacity %v (%+.2f%%) against the capacity %v",
@@ -126,7 +130,7 @@ func TestWindowAgainstRate(t *testing.T) {
 		// 0.3% at the end of the rising steps; after the fall the cache
 		// is still shrinking, and the exporter's ring of own writes holds
 		// a moment less than it.
-		if tol := map[bool]float64{true: 0.003, false: 0.05}[i < 2]; !within(end.estimatedA, capA, tol) {
+		if tol := map[bool]float64{true: 0.003, false: 0.05}[i < 2]; !exportertest.Within(end.estimatedA, capA, tol) {
 			t.Errorf("step %d: estimated capacity %v, apiserver's %v: more than %v%% apart", i+1, end.estimatedA, capA, 100*tol)
 		}
 		if end.windowB < 135 {
@@ -134,10 +138,10 @@ func TestWindowAgainstRate(t *testing.T) {
 		}
 		// B's larger window takes longer than a step to fill at 100
 		// writes/s and to settle after it; only the first step is steady.
-		if i == 0 && !within(end.passiveB, end.capacityB/achieved, 0.05) {
+		if i == 0 && !exportertest.Within(end.passiveB, end.capacityB/achieved, 0.05) {
 			t.Errorf("step %d: passive exporter's window of B %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", i+1, end.passiveB, end.capacityB, achieved, end.capacityB/achieved)
 		}
-		if !within(end.passiveB, end.predictB, 0.05) {
+		if !exportertest.Within(end.passiveB, end.predictB, 0.05) {
 			t.Errorf("step %d: passive exporter's window of B %.2f s, its prediction with a 135 s history window %.2f s: more than 5%% apart", i+1, end.passiveB, end.predictB)
 		}
 		ends = append(ends, end)
@@ -163,15 +167,6 @@ func TestWindowAgainstRate(t *testing.T) {
 	}
 }
 
-func hostOf(t *testing.T, u string) string {
-	t.Helper()
-	p, err := url.Parse(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.Host
-}
-
 // stepOf numbers the runs of equal targets in samples: 0 for the first run.
 func stepOf(samples []sample, j int) int {
 	n := 0
@@ -192,17 +187,4 @@ func lastOfStep(samples []sample, i int) int {
 		}
 	}
 	return last
-}
-
-func median(xs []sample, f func(sample) float64) float64 {
-	v := make([]float64, len(xs))
-	for i, x := range xs {
-		v[i] = f(x)
-	}
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
-func within(got, want, frac float64) bool {
-	return !math.IsNaN(got) && !math.IsNaN(want) && math.Abs(got-want) <= frac*math.Abs(want)
 }

@@ -10,11 +10,9 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
@@ -110,9 +109,15 @@ func checkVersion(t *testing.T, binDir string) string {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	idA, idB := hostOf(t, a.URL()), hostOf(t, b.URL())
+	// The "apiserver" label values, as the exporter derives them.
+	list := a.URL() + "," + b.URL()
+	eps, err := apiservers.ParseList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, idB := eps[0].ID, eps[1].ID
 	loaded := exportertest.Start(t, c.AdminConfig(), "--namespace="+testNS,
-		"--apiservers="+a.URL()+","+b.URL(), fmt.Sprintf("--load.rate=%v", rate))
+		"--apiservers="+list, fmt.Sprintf("--load.rate=%v", rate))
 	passive := exportertest.Start(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
 		"--quiet.name=watchcache-quiet-passive", "--apiservers="+b.URL(), "--apiserver.history-window=135s")
 	// Ready: their setup (klog's flags among it) is done before this
@@ -175,10 +180,10 @@ func checkVersion(t *testing.T, binDir string) string {
 	}
 	first := last[0]
 	achieved := (end.writes - first.writes) / end.at.Sub(first.at).Seconds()
-	windowA := median(last, func(s sample) float64 { return s.windowA })
-	predictA := median(last, func(s sample) float64 { return s.predictA })
-	passiveB := median(last, func(s sample) float64 { return s.passiveB })
-	predictB := median(last, func(s sample) float64 { return s.predictB })
+	windowA := exportertest.Median(last, func(s sample) float64 { return s.windowA })
+	predictA := exportertest.Median(last, func(s sample) float64 { return s.predictA })
+	passiveB := exportertest.Median(last, func(s sample) float64 { return s.passiveB })
+	predictB := exportertest.Median(last, func(s sample) float64 { return s.predictB })
 	capA, capB := end.capacityA, end.capacityB
 	t.Logf("%s: %.2f writes/s; A: capacity %v, window %.2f s (capacity/rate %.2f s, predicted %.2f s), %v RVs; B (--request-timeout=2m): capacity %v, passive window %.2f s (capacity/rate %.2f s, predicted %.2f s); first BOOKMARK %.2f s; time to first 410 %.2f s",
 		version, achieved, capA, windowA, capA/achieved, predictA, end.windowVA, capB, passiveB, capB/achieved, predictB, end.firstBookmark, end.expiryA)
@@ -191,13 +196,13 @@ func checkVersion(t *testing.T, binDir string) string {
 	if want := sizedCapacity(135, rate); capB != want {
 		t.Errorf("B (--request-timeout=2m): capacity %v at %v writes/s, the 135 s rule gives %v", capB, rate, want)
 	}
-	if !within(windowA, capA/achieved, 0.05) || !within(windowA, predictA, 0.05) {
+	if !exportertest.Within(windowA, capA/achieved, 0.05) || !exportertest.Within(windowA, predictA, 0.05) {
 		t.Errorf("A: window %.2f s, capacity/rate %.2f s, predicted %.2f s: more than 5%% apart", windowA, capA/achieved, predictA)
 	}
-	if !within(passiveB, capB/achieved, 0.05) || !within(passiveB, predictB, 0.05) {
+	if !exportertest.Within(passiveB, capB/achieved, 0.05) || !exportertest.Within(passiveB, predictB, 0.05) {
 		t.Errorf("B: passive window %.2f s, capacity/rate %.2f s, predicted %.2f s: more than 5%% apart", passiveB, capB/achieved, predictB)
 	}
-	if !within(end.windowVA, capA, 0.02) {
+	if !exportertest.Within(end.windowVA, capA, 0.02) {
 		t.Errorf("A: window %v RVs, capacity %v: more than 2%% apart", end.windowVA, capA)
 	}
 	// Bookmarks every minute; the first 410 within a probe interval of
@@ -281,26 +286,4 @@ func metricOr(m exportertest.Metrics, name string, labelPairs ...string) float64
 		return math.NaN()
 	}
 	return v
-}
-
-func hostOf(t *testing.T, u string) string {
-	t.Helper()
-	p, err := url.Parse(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.Host
-}
-
-func median(xs []sample, f func(sample) float64) float64 {
-	v := make([]float64, len(xs))
-	for i, x := range xs {
-		v[i] = f(x)
-	}
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
-func within(got, want, frac float64) bool {
-	return !math.IsNaN(got) && !math.IsNaN(want) && math.Abs(got-want) <= frac*math.Abs(want)
 }
