@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +117,9 @@ func Overlay(t *testing.T, tag string, components ...string) string {
 			k += "  - " + rel(filepath.Join("components", c)) + "\n"
 		}
 	}
-	k += "images:\n  - name: ghcr.io/watchcache/watchcache-exporter\n    newTag: " + tag + "\n"
+	// Quoted: a tag from `git describe` can be all digits (a short hash),
+	// which YAML would read as a number and kustomize refuse.
+	k += "images:\n  - name: ghcr.io/watchcache/watchcache-exporter\n    newTag: " + strconv.Quote(tag) + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
