@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 )
@@ -110,17 +111,21 @@ func Overlay(t *testing.T, tag string, components ...string) string {
 		}
 		return r
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel("base") + "\n"
-	if len(components) > 0 {
-		k += "components:\n"
-		for _, c := range components {
-			k += "  - " + rel(filepath.Join("components", c)) + "\n"
-		}
+	k := types.Kustomization{
+		TypeMeta:  types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
+		Resources: []string{rel("base")},
+		// The marshaller quotes what YAML would misread, such as a tag
+		// of digits only (a short hash from `git describe`).
+		Images: []types.Image{{Name: "ghcr.io/watchcache/watchcache-exporter", NewTag: tag}},
 	}
-	// Quoted: a tag from `git describe` can be all digits (a short hash),
-	// which YAML would read as a number and kustomize refuse.
-	k += "images:\n  - name: ghcr.io/watchcache/watchcache-exporter\n    newTag: " + strconv.Quote(tag) + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+	for _, c := range components {
+		k.Components = append(k.Components, rel(filepath.Join("components", c)))
+	}
+	b, err := yaml.Marshal(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
