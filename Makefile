@@ -39,7 +39,7 @@ image: build
 kube-bin:
 	./hack/kube/build.sh
 
-# What the local node (internal/testnode) runs besides: the kubelet,
+# What the local node (test/testnode) runs besides: the kubelet,
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd, runc, the
 # CNI plugins, and Debian's iptables and iproute2.
 node-bin:
@@ -85,7 +85,7 @@ vet:
 
 # -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
 # into a failure instead of a skip. The timeout is per package and counts the
-# waits for the machine lock: internal/daemon took 1395 s of it from a clean
+# waits for the machine lock: daemon took 1395 s of it from a clean
 # clone.
 test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 40m ./...

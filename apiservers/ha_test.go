@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
-	"github.com/watchcache/watchcache-exporter/internal/testnetns"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testnetns"
 )
 
 // The replicas' addresses, in the test's own network namespace.

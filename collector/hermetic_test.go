@@ -1,11 +1,11 @@
 package collector_test
 
 // Hermetic tests of the measurement's logic: client-go's fake clientset
-// dressed as a watch cache (internal/fakecache) in a testing/synctest bubble,
+// dressed as a watch cache (test/fakecache) in a testing/synctest bubble,
 // so that minutes of probes, watches and backoffs run in milliseconds of
 // wall time. synctest.Test also proves that every goroutine the collector
 // starts ends with its context. The numbers themselves are checked against
-// the real apiserver (internal/daemon's tests).
+// the real apiserver (daemon's tests).
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/watchcache/watchcache-exporter/collector"
-	"github.com/watchcache/watchcache-exporter/internal/fakecache"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/fakecache"
 )
 
 const quiet = "quiet"

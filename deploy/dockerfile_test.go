@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // No Docker engine runs here: check instead that the image is built the way

@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/watchcache/watchcache-exporter/internal/fakecache"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/fakecache"
 )
 
 func runWriter(t *testing.T, srv *fakecache.Server, rate float64, d time.Duration) *prometheus.Registry {

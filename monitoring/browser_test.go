@@ -20,8 +20,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/watchcache/watchcache-exporter/internal/promtest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/promtest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // UpdateDocsEnv, when "1", makes the real-Prometheus test write the status

@@ -24,10 +24,10 @@ import (
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/internal/promtest"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/promtest"
 )
 
 func TestGeneratedFilesUpToDate(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
-	"github.com/watchcache/watchcache-exporter/internal/promtest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/promtest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // TestDashboardQueriesOnRealPrometheus runs the exporter against the real

@@ -8,8 +8,6 @@ package rvclock
 import (
 	"sync"
 	"time"
-
-	"github.com/watchcache/watchcache-exporter/internal/ring"
 )
 
 // Clock maps resourceVersions to the times they were written. It learns
@@ -22,7 +20,7 @@ import (
 // resolution apart (the newest sample always moves to the newest RV).
 type Clock struct {
 	mu         sync.Mutex
-	ring       *ring.Ring[sample]
+	ring       *ring[sample]
 	resolution int64
 }
 
@@ -35,7 +33,7 @@ type sample struct {
 // remembers about capacity × resolution of history at any write rate, and
 // more where writes are sparser.
 func NewClock(capacity int, resolution time.Duration) *Clock {
-	return &Clock{ring: ring.New[sample](max(capacity, 2)), resolution: int64(resolution)}
+	return &Clock{ring: newRing[sample](max(capacity, 2)), resolution: int64(resolution)}
 }
 
 // Observe records that rv existed at t. RVs not newer than the newest known

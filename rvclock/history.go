@@ -3,8 +3,6 @@ package rvclock
 import (
 	"sync"
 	"time"
-
-	"github.com/watchcache/watchcache-exporter/internal/ring"
 )
 
 // History is what the exporter knows about resourceVersions: when they were
@@ -14,14 +12,14 @@ type History struct {
 	Clock *Clock
 
 	mu    sync.Mutex
-	own   *ring.Ring[uint64] // RVs of own writes, in order
+	own   *ring[uint64] // RVs of own writes, in order
 	total uint64
 }
 
 // NewHistory remembers about 11 minutes of RV clock (65536 samples at
 // least 10 ms apart) and the last ownCapacity own writes.
 func NewHistory(ownCapacity int) *History {
-	return &History{Clock: NewClock(1<<16, 10*time.Millisecond), own: ring.New[uint64](ownCapacity)}
+	return &History{Clock: NewClock(1<<16, 10*time.Millisecond), own: newRing[uint64](ownCapacity)}
 }
 
 // Observe records an RV the exporter saw come into being at t (a BOOKMARK,

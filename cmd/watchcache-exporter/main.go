@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/watchcache/watchcache-exporter/internal/daemon"
+	"github.com/watchcache/watchcache-exporter/daemon"
 )
 
 func main() {

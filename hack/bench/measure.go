@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // ceiling drives the load writer flat out against a fake apiserver in

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 func main() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned kube-apiserver and etcd into ../../bin (or $1), and with
 # --node also kube-controller-manager, kube-scheduler, kubelet and kube-proxy
-# for the local node (internal/testnode), and the kubectl that applies
+# for the local node (test/testnode), and the kubectl that applies
 # deploy/ to it (the same version, so no version skew). Does nothing for binaries of the
 # right version that are already there.
 #

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/watchcache/watchcache-exporter/internal/fakecache"
+	"github.com/watchcache/watchcache-exporter/test/fakecache"
 )
 
 type fakeClock struct{ t time.Time }

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // The names deploy/ gives.

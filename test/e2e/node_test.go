@@ -12,11 +12,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/watchcache/watchcache-exporter/internal/promtest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
-	"github.com/watchcache/watchcache-exporter/internal/testnode"
 	"github.com/watchcache/watchcache-exporter/monitoring"
 	"github.com/watchcache/watchcache-exporter/test/e2e"
+	"github.com/watchcache/watchcache-exporter/test/promtest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testnode"
 )
 
 // TestLocalNode deploys deploy/ (the base with the prometheus-operator, APF

@@ -25,8 +25,8 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // VersionsEnv lists the bin/ folders to test, e.g. "v1.34 v1.36"; "."

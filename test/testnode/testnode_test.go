@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/watchcache/watchcache-exporter/internal/testnode"
+	"github.com/watchcache/watchcache-exporter/test/testnode"
 )
 
 // TestNode starts the node and runs a pod on it under the restricted Pod

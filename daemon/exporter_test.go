@@ -12,10 +12,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 const testNS = "watchcache-test"

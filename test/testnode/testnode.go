@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
-	"github.com/watchcache/watchcache-exporter/internal/testnetns"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testnetns"
 )
 
 // The node's addresses. They belong to interfaces of the node's own network

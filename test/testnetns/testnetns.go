@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // childEnv marks the child of Run and carries its addresses.

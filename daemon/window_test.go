@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // sample is one look at both exporters and both apiservers.

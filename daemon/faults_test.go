@@ -23,10 +23,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/watchcache/watchcache-exporter/internal/exportertest"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 func TestMain(m *testing.M) {
@@ -73,12 +73,12 @@ func TestFaults(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: faultNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	role := readYAML[rbacv1.Role](t, "../../deploy/base/role.yaml")
+	role := readYAML[rbacv1.Role](t, "../deploy/base/role.yaml")
 	role.Namespace = faultNS
 	if _, err := admin.RbacV1().Roles(faultNS).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rb := readYAML[rbacv1.RoleBinding](t, "../../deploy/base/rolebinding.yaml")
+	rb := readYAML[rbacv1.RoleBinding](t, "../deploy/base/rolebinding.yaml")
 	rb.Namespace = faultNS
 	for i := range rb.Subjects {
 		rb.Subjects[i].Namespace = faultNS
@@ -447,7 +447,7 @@ func TestFaults(t *testing.T) {
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 		// The control plane's processes started again by the faults.
-		goleak.IgnoreAnyFunction("github.com/watchcache/watchcache-exporter/internal/testcluster.(*Process).Start.func1"))
+		goleak.IgnoreAnyFunction("github.com/watchcache/watchcache-exporter/test/testcluster.(*Process).Start.func1"))
 }
 
 func readYAML[T any](t *testing.T, path string) *T {
@@ -466,7 +466,7 @@ func readYAML[T any](t *testing.T, path string) *T {
 // apfObjects are deploy/'s PriorityLevelConfiguration and FlowSchema.
 func apfObjects(t *testing.T) (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "components", "apf", "flowcontrol.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "components", "apf", "flowcontrol.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/internal/daemon"
-	"github.com/watchcache/watchcache-exporter/internal/testcluster"
+	"github.com/watchcache/watchcache-exporter/daemon"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // Exporter is exporter.Run serving on a free loopback port, in the test's

@@ -1,9 +1,9 @@
-package ring
+package rvclock
 
 import "testing"
 
 func TestRing(t *testing.T) {
-	r := New[int](3)
+	r := newRing[int](3)
 	if r.Len() != 0 || r.Search(func(*int) bool { return true }) != 0 {
 		t.Fatal("empty ring not empty")
 	}
