@@ -31,9 +31,12 @@ etcd_version=$(cd "$here" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server
 
 have() {
 	[ -x "$bin/$1" ] || return 1
+	# Read the whole output first: grep -q exits at its first match, and with
+	# pipefail the writer's SIGPIPE would fail the check now and then.
+	local out
 	case $1 in
-	kubectl) "$bin/kubectl" version --client 2>/dev/null | grep -qF -- "Client Version: ${2#Kubernetes }" ;;
-	*) "$bin/$1" --version 2>/dev/null | grep -qF -- "$2" ;;
+	kubectl) out=$("$bin/kubectl" version --client 2>/dev/null) && grep -qF -- "Client Version: ${2#Kubernetes }" <<<"$out" ;;
+	*) out=$("$bin/$1" --version 2>/dev/null) && grep -qF -- "$2" <<<"$out" ;;
 	esac
 }
 

@@ -55,7 +55,7 @@ t0=$SECONDS
 CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${runc#v}" -o "$bin/runc" github.com/opencontainers/runc
 echo "built runc in $((SECONDS - t0)) s"
 
-"$bin/containerd" --version | grep -qF "$containerd" || { echo "bin/containerd does not report $containerd" >&2; exit 1; }
-"$bin/runc" --version | grep -qF "runc version ${runc#v}" || { echo "bin/runc does not report $runc" >&2; exit 1; }
-"$bin/runc" --version | grep -q "libseccomp" || { echo "bin/runc was built without seccomp" >&2; exit 1; }
+"$bin/containerd" --version | grep -F "$containerd" >/dev/null || { echo "bin/containerd does not report $containerd" >&2; exit 1; }
+"$bin/runc" --version | grep -F "runc version ${runc#v}" >/dev/null || { echo "bin/runc does not report $runc" >&2; exit 1; }
+"$bin/runc" --version | grep "libseccomp" >/dev/null || { echo "bin/runc was built without seccomp" >&2; exit 1; }
 echo "$want" > "$stamp"

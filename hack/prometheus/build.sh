@@ -14,7 +14,7 @@ mod=$(go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
 # Module v0.3XX.Y is Prometheus 3.XX.Y.
 minor=${mod#v0.3}
 version=3.${minor#0}
-have() { [ -x "$bin/$1" ] && "$bin/$1" --version 2>/dev/null | grep -qF "version $version "; }
+have() { [ -x "$bin/$1" ] && "$bin/$1" --version 2>/dev/null | grep -F "version $version " >/dev/null; }
 if have prometheus && have promtool; then
 	echo "bin/prometheus and bin/promtool $version are present"
 	exit 0
