@@ -6,16 +6,22 @@ PKG     := github.com/prometheus/common/version
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 REVISION?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BRANCH  ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+# The build date is the commit's, not the clock's: the same commit builds
+# the same binary, so that go build finds it up to date and the image
+# archives are not written again.
+BUILD_DATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d-%H:%M:%S 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X $(PKG).Branch=$(BRANCH) \
-           -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(shell date -u +%Y%m%d-%H:%M:%S)
+           -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test test-versions e2e vet fmt-check kind-e2e clean
+.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
 
 all: build
 
-build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/watchcache-exporter ./cmd/watchcache-exporter
+# go build leaves an up-to-date binary as it is (same inputs, same stamp).
+build: bin/watchcache-exporter
+bin/watchcache-exporter: FORCE
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/watchcache-exporter
 
 # The image, without a container engine: an archive for `ctr images import`,
 # `kind load image-archive`, `podman load` or `docker load`. The labels,
@@ -23,17 +29,27 @@ build:
 # the local node's sandbox (pause) image.
 IMAGE     ?= ghcr.io/watchcache/watchcache-exporter
 IMAGE_TAG ?= $(VERSION)
-image: build
-	$(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./hack/pause
-	cd hack/image && $(GO) run . -o ../../bin/watchcache-exporter-image.tar -tag $(IMAGE):$(IMAGE_TAG) \
-		-binary ../../bin/watchcache-exporter -path /watchcache-exporter -user 65532:65532 -port 9890/tcp \
+image: bin/watchcache-exporter-image.tar bin/pause-image.tar
+	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
+
+# Each archive is written again only when its binary, the image tool or the
+# image's name and labels changed (bin/.image-args keeps the last ones).
+IMAGE_ARGS := $(IMAGE):$(IMAGE_TAG) $(VERSION) $(REVISION)
+bin/.image-args: FORCE
+	@mkdir -p bin; echo '$(IMAGE_ARGS)' | cmp -s - $@ || echo '$(IMAGE_ARGS)' > $@
+bin/image-tool: FORCE
+	cd hack/image && $(GO) build -o ../../$@ .
+bin/pause: FORCE
+	$(GO) build -trimpath -ldflags "-s -w" -o $@ ./hack/pause
+bin/watchcache-exporter-image.tar: bin/watchcache-exporter bin/image-tool bin/.image-args
+	bin/image-tool -o $@ -tag $(IMAGE):$(IMAGE_TAG) \
+		-binary bin/watchcache-exporter -path /watchcache-exporter -user 65532:65532 -port 9890/tcp \
 		-label org.opencontainers.image.title=watchcache-exporter \
 		-label "org.opencontainers.image.description=How long the kube-apiserver's watch cache keeps its history, for Prometheus" \
 		-label org.opencontainers.image.source=https://github.com/watchcache/watchcache-exporter \
 		-label org.opencontainers.image.version=$(VERSION) -label org.opencontainers.image.revision=$(REVISION)
-	cd hack/image && $(GO) run . -o ../../bin/pause-image.tar -tag localhost/watchcache-exporter/pause:1 \
-		-binary ../../bin/pause -path /pause -user 65535:65535
-	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
+bin/pause-image.tar: bin/pause bin/image-tool
+	bin/image-tool -o $@ -tag localhost/watchcache-exporter/pause:1 -binary bin/pause -path /pause -user 65535:65535
 
 # The pinned kube-apiserver and etcd, built once per machine into bin/.
 kube-bin:
@@ -76,19 +92,38 @@ demo: kube-bin build
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The kind end-to-end test is vetted (so compiled) here; it runs with make kind-e2e.
+# Vet in the flavour the tests build (-race, cgo), so that the packages vet
+# compiles are the ones go test then takes from the build cache, instead of a
+# second compile of Kubernetes, Helm, kustomize and Prometheus. The kind and
+# versions tests, which make test does not run, are vetted (so compiled) too.
 vet:
-	$(GO) vet ./...
-	$(GO) vet -tags kind ./test/kind/
-	$(GO) vet -tags versions ./test/versions/
+	CGO_ENABLED=1 $(GO) vet -race ./...
+	CGO_ENABLED=1 $(GO) vet -race -tags kind ./test/kind/
+	CGO_ENABLED=1 $(GO) vet -race -tags versions ./test/versions/
 	cd hack/image && $(GO) vet ./...
 
-# -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing apiserver binary
-# into a failure instead of a skip. The timeout is per package and counts the
-# waits for the machine lock: daemon took 1395 s of it from a clean
-# clone.
-test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet
-	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -timeout 40m ./...
+GOTESTSUM := bin/gotestsum
+$(GOTESTSUM): hack/gotestsum/go.mod
+	cd hack/gotestsum && $(GO) build -o ../../$@ gotest.tools/gotestsum
+
+# The unit tier: every hermetic test. -short skips each test that needs a
+# real component (control plane, node, network namespace, Prometheus,
+# browser, built image), so it needs Go and gcc only, and no root.
+test-unit: $(GOTESTSUM)
+	CGO_ENABLED=1 $(GOTESTSUM) --format pkgname-and-test-fails -- -race -short -count=1 ./...
+
+# Every tier. -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing
+# component into a failure instead of a skip. Control planes of all packages
+# run side by side, up to the machine's test slots (test/testcluster,
+# TakeSlots); -p lets enough test binaries run to fill them. The timeout is
+# per package and counts the waits for slots. The JSON of the run is kept in
+# bin/test.json; the 15 slowest tests are printed at the end.
+TEST_P ?= 6
+test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet $(GOTESTSUM)
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GOTESTSUM) --jsonfile bin/test.json --format pkgname-and-test-fails \
+		-- -race -vet=off -count=1 -p $(TEST_P) -timeout 30m ./... ; rc=$$?; \
+	echo "The 15 slowest tests (bin/test.json):"; $(GOTESTSUM) tool slowest --jsonfile bin/test.json --threshold 0s | head -n 15; \
+	exit $$rc
 
 # The watch cache facts the exporter relies on, checked on kube-apiserver of
 # each minor version in hack/kube/versions and on the pinned one (about 5

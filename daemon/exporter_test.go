@@ -23,6 +23,7 @@ const testNS = "watchcache-test"
 // TestArticle reproduces the article on the real apiserver in one run at 85
 // writes/s, and then restarts the apiserver under the exporter.
 func TestArticle(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{})
 	ctx := t.Context()
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())

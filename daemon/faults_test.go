@@ -59,7 +59,8 @@ func (f *fault) report() {
 // real apiserver and etcd, with the exporter under deploy/'s RBAC. Each
 // asserts that the exporter says so (metric, log, readiness) and recovers,
 // and at the end that nothing of the exporter is left: no goroutine of the
-// in-process exporters, no ConfigMap, no Lease.
+// in-process exporters, no ConfigMap, no Lease. Not parallel: goleak would
+// see the goroutines of this binary's other tests, which start after it.
 func TestFaults(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{
 		// Few seats in all, so that a priority level of one share has one

@@ -34,7 +34,9 @@ type sample struct {
 // and the apiserver's own capacity/rate, the falling step must show the
 // larger window (hysteresis), and restarting B must reset only B's window.
 func TestWindowAgainstRate(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	t.Parallel()
+	// Two apiservers and two exporters at up to 100 writes/s.
+	c := testcluster.Start(t, testcluster.Options{Slots: 2})
 	ctx := t.Context()
 	b, err := c.AddAPIServer(ctx, "--request-timeout=2m")
 	if err != nil {

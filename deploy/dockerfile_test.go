@@ -68,6 +68,7 @@ func TestDockerfileMatchesMakefile(t *testing.T) {
 // an engine with the Dockerfile's final stage: the same user, entrypoint,
 // exposed port and labels, and one layer that holds only the binary.
 func TestImageMatchesDockerfile(t *testing.T) {
+	testcluster.Real(t)
 	archive := filepath.Join("..", "bin", "watchcache-exporter-image.tar")
 	if _, err := os.Stat(archive); err != nil {
 		testcluster.Missing(t, archive+" is missing; build it with make image")

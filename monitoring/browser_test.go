@@ -30,6 +30,7 @@ const UpdateDocsEnv = "WATCHCACHE_UPDATE_DOCS"
 
 func chromium(t *testing.T) string {
 	t.Helper()
+	testcluster.Real(t)
 	p, err := exec.LookPath("chromium")
 	if err != nil {
 		testcluster.Missing(t, "chromium not found; install Debian's chromium with `make chromium` (make test does)")

@@ -40,6 +40,7 @@ const (
 // compaction bounds their window: the exporter must say so and find etcd's
 // compaction revision. Object counts must match the apiserver's lists.
 func TestEveryResourceWindow(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{APIServerFlags: []string{
 		"--watch-cache-sizes=secrets#0",
 		// Compactions every 30 s instead of 5 min, so that one happens
@@ -251,6 +252,7 @@ func write(ctx context.Context, t *testing.T, rate float64, n *atomic.Int64, fn 
 // With all, every resource discovery lists with list and watch is measured,
 // its watch cache on.
 func TestResourcesAtStart(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{})
 	ctx := t.Context()
 	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())

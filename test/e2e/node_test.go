@@ -24,6 +24,7 @@ import (
 // local node, scrapes it with Prometheus through Kubernetes service
 // discovery, replaces the pod, and deletes it all again.
 func TestLocalNode(t *testing.T) {
+	testcluster.Real(t)
 	root := e2e.Root(t)
 	bin := filepath.Join(root, "bin")
 	archive := filepath.Join(bin, "watchcache-exporter-image.tar")

@@ -116,6 +116,7 @@ func Start(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
 // CheckMetrics runs promtool check metrics on the exporter's real /metrics.
 func (e *Exporter) CheckMetrics(t *testing.T) {
 	t.Helper()
+	testcluster.Real(t)
 	bin, err := exec.LookPath("promtool")
 	if err != nil {
 		testcluster.Missing(t, "promtool not found; install Debian's prometheus package with `make prometheus` (make test does)")

@@ -49,6 +49,7 @@ func Promtools(t *testing.T) []Binary { return binaries(t, "promtool") }
 
 func binaries(t *testing.T, name string) []Binary {
 	t.Helper()
+	testcluster.Real(t)
 	debian, err := exec.LookPath(name)
 	if err != nil {
 		testcluster.Missing(t, name+" not found; install Debian's prometheus package with `make prometheus` (make test does)")

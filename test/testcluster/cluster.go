@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -68,6 +70,9 @@ type Options struct {
 	// added with AddAPIServerAt; the serving certificate is valid for them
 	// too.
 	OtherAddresses []string
+	// Slots is how many of the machine's test slots Start takes for the
+	// cluster's test (see TakeSlots): default 1, Alone for all of them.
+	Slots int
 }
 
 // Cluster is one etcd and one or more kube-apiservers that share it.
@@ -480,12 +485,38 @@ func WaitReady(ctx context.Context, p *Process, hc *http.Client, url, token stri
 	}
 }
 
-// FreePort is a free port on loopback.
+// FreePort is a free port on loopback, reserved for this process until it
+// exits: control planes of other test binaries start side by side, and a
+// port that was free when picked must not be handed to another before its
+// server binds it. Ports come from below the kernel's ephemeral range
+// (32768 and up by default), which outgoing connections take theirs from.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 1000 {
+		port := 20000 + mathrand.IntN(12000)
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("watchcache-exporter-test-port-%d.lock", port)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			f.Close()
+			continue
+		}
+		l.Close()
+		reservedPorts.Lock()
+		reservedPorts.files = append(reservedPorts.files, f)
+		reservedPorts.Unlock()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port between 20000 and 32000 on 127.0.0.1")
+}
+
+// reservedPorts hold the locks of FreePort's ports for the process's life.
+var reservedPorts struct {
+	sync.Mutex
+	files []*os.File
 }

@@ -27,6 +27,9 @@ const ns = "default"
 var tooOld = regexp.MustCompile(`^too old resource version: (\d+) \((\d+)\)$`)
 
 func TestControlPlane(t *testing.T) {
+	// Beside it, TestStartFailureLeavesNothingRunning would count this
+	// test's processes as its own: parallel tests start after it ends.
+	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -169,6 +172,7 @@ func TestControlPlane(t *testing.T) {
 }
 
 func TestStartFailureLeavesNothingRunning(t *testing.T) {
+	testcluster.Real(t)
 	bin, err := testcluster.FindBinDir()
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ const childEnv = "WATCHCACHE_TESTNETNS"
 // test, as the first thing it does. It needs root and ip (iproute2).
 func Run(t *testing.T, addrs []string, fn func(t *testing.T)) {
 	t.Helper()
+	testcluster.Real(t)
 	if env := os.Getenv(childEnv); env != "" {
 		var got []string
 		if err := json.Unmarshal([]byte(env), &got); err != nil {

@@ -7,13 +7,34 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// cgroupPrefix names the node's cgroup parents, one per run.
+// cgroupPrefix names the node's cgroup parents, one per run: the prefix, the
+// PID of the test process that made it, a dash and a random suffix.
 const cgroupPrefix = "watchcache-testnode-"
+
+// cgroupRootName is the name of a new node cgroup parent of this process.
+func cgroupRootName(suffix string) string {
+	return cgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + suffix
+}
+
+// ownerAlive says whether the test process that made the node cgroup parent
+// called name still runs: nodes of other test binaries run side by side, and
+// their parents are theirs to remove, even while empty.
+func ownerAlive(name string) bool {
+	pid, _, ok := strings.Cut(strings.TrimPrefix(name, cgroupPrefix), "-")
+	n, err := strconv.Atoi(pid)
+	if !ok || err != nil || n <= 0 {
+		return false
+	}
+	err = syscall.Kill(n, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
 
 const cgroupFS = "/sys/fs/cgroup"
 
@@ -123,7 +144,7 @@ func removeTree(top string) error {
 	return nil
 }
 
-// removeStaleCgroups removes the empty parents of earlier runs whose parent
+// removeStaleCgroups removes the empty parents of earlier runs whose test
 // process was killed before it could clean up.
 func removeStaleCgroups(t *testing.T) {
 	hs, err := hierarchies()
@@ -133,6 +154,9 @@ func removeStaleCgroups(t *testing.T) {
 	for _, h := range hs {
 		stale, _ := filepath.Glob(filepath.Join(h, cgroupPrefix+"*"))
 		for _, s := range stale {
+			if ownerAlive(filepath.Base(s)) {
+				continue
+			}
 			if err := removeTree(s); err != nil {
 				t.Logf("left a stale node cgroup alone: %v", err)
 			} else {

@@ -94,6 +94,7 @@ type childConfig struct {
 // test, as the first thing it does.
 func Run(t *testing.T, opts Options, fn func(t *testing.T, n *Node)) {
 	t.Helper()
+	testcluster.Real(t)
 	if opts.BinDir == "" {
 		bin, err := testcluster.FindBinDir()
 		if err != nil {
@@ -151,11 +152,12 @@ func CheckPrerequisites(binDir string) error {
 
 func runParent(t *testing.T, opts Options) {
 	t.Helper()
-	t.Cleanup(testcluster.LockMachine(t))
+	// A whole node: a control plane, containerd, the kubelet and three more.
+	t.Cleanup(testcluster.TakeSlots(t, 2))
 	removeStaleCgroups(t)
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	cfg := childConfig{CgroupRoot: "/" + cgroupPrefix + hex.EncodeToString(suffix)}
+	cfg := childConfig{CgroupRoot: "/" + cgroupRootName(hex.EncodeToString(suffix))}
 	// Short: containerd's socket path must fit in 108 bytes.
 	dir, err := os.MkdirTemp("", "wce-")
 	if err != nil {

@@ -45,6 +45,7 @@ const (
 )
 
 func TestVersions(t *testing.T) {
+	testcluster.Real(t)
 	root, err := testcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
