@@ -33,22 +33,27 @@ image: bin/watchcache-exporter-image.tar bin/pause-image.tar
 	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
 
 # Each archive is written again only when its binary, the image tool or the
-# image's name and labels changed (bin/.image-args keeps the last ones).
+# image's name and labels changed. go build touches an up-to-date binary
+# without relinking it, so the archives follow its checksum (bin/.*.sum) and
+# the last name and labels (bin/.image-args), each file written only when
+# its content changes.
 IMAGE_ARGS := $(IMAGE):$(IMAGE_TAG) $(VERSION) $(REVISION)
 bin/.image-args: FORCE
 	@mkdir -p bin; echo '$(IMAGE_ARGS)' | cmp -s - $@ || echo '$(IMAGE_ARGS)' > $@
+bin/.%.sum: bin/%
+	@sha256sum $< | cmp -s - $@ || sha256sum $< > $@
 bin/image-tool: FORCE
 	cd hack/image && $(GO) build -o ../../$@ .
 bin/pause: FORCE
 	$(GO) build -trimpath -ldflags "-s -w" -o $@ ./hack/pause
-bin/watchcache-exporter-image.tar: bin/watchcache-exporter bin/image-tool bin/.image-args
+bin/watchcache-exporter-image.tar: bin/.watchcache-exporter.sum bin/.image-tool.sum bin/.image-args
 	bin/image-tool -o $@ -tag $(IMAGE):$(IMAGE_TAG) \
 		-binary bin/watchcache-exporter -path /watchcache-exporter -user 65532:65532 -port 9890/tcp \
 		-label org.opencontainers.image.title=watchcache-exporter \
 		-label "org.opencontainers.image.description=How long the kube-apiserver's watch cache keeps its history, for Prometheus" \
 		-label org.opencontainers.image.source=https://github.com/watchcache/watchcache-exporter \
 		-label org.opencontainers.image.version=$(VERSION) -label org.opencontainers.image.revision=$(REVISION)
-bin/pause-image.tar: bin/pause bin/image-tool
+bin/pause-image.tar: bin/.pause.sum bin/.image-tool.sum
 	bin/image-tool -o $@ -tag localhost/watchcache-exporter/pause:1 -binary bin/pause -path /pause -user 65535:65535
 
 # The pinned kube-apiserver and etcd, built once per machine into bin/.
