@@ -59,8 +59,7 @@ func TestHA(t *testing.T) {
 }
 
 func testHA(t *testing.T) {
-	// Three apiservers and their exporter: two slots.
-	c := testcluster.Start(t, testcluster.Options{Address: replicaAddrs[0], OtherAddresses: replicaAddrs[1:], Port: haPort, Slots: 2})
+	c := testcluster.Start(t, testcluster.Options{Address: replicaAddrs[0], OtherAddresses: replicaAddrs[1:], Port: haPort})
 	ctx := t.Context()
 	if _, err := c.AddAPIServerAt(ctx, replicaAddrs[1]); err != nil {
 		t.Fatal(err)

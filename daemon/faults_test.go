@@ -59,8 +59,9 @@ func (f *fault) report() {
 // real apiserver and etcd, with the exporter under deploy/'s RBAC. Each
 // asserts that the exporter says so (metric, log, readiness) and recovers,
 // and at the end that nothing of the exporter is left: no goroutine of the
-// in-process exporters, no ConfigMap, no Lease. Not parallel: goleak would
-// see the goroutines of this binary's other tests, which start after it.
+// in-process exporters, no ConfigMap, no Lease. It has its test binary to
+// itself (the other tests here are hermetic, and none runs beside it), so
+// that goleak sees only its goroutines.
 func TestFaults(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{
 		// Few seats in all, so that a priority level of one share has one
@@ -92,7 +93,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"--namespace=" + faultNS, "--load.rate=20"}
-	e := start(t, sa, args...)
+	e := exportertest.StartReady(t, sa, args...)
 	e.WaitFor(t, 30*time.Second, "load and a first touch", func(m exportertest.Metrics) bool {
 		return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0 && m.Value(t, "watchcache_quiet_touches_total") > 0
 	})
@@ -318,7 +319,7 @@ func TestFaults(t *testing.T) {
 		}()
 		f := begin(t)
 		const rate = 200
-		a := start(t, sa, "--namespace="+faultNS, fmt.Sprintf("--load.rate=%d", rate))
+		a := exportertest.StartReady(t, sa, "--namespace="+faultNS, fmt.Sprintf("--load.rate=%d", rate))
 		m0 := a.Scrape(t)
 		a.WaitFor(t, 60*time.Second, "throttled writes", func(m exportertest.Metrics) bool {
 			return grew(t, m0, m, 10, "watchcache_load_writes_total", "result", "throttled")
@@ -358,7 +359,7 @@ func TestFaults(t *testing.T) {
 		holder.WaitFor(t, 60*time.Second, "the holder leading and writing", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_exporter_leader") == 1 && m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
 		})
-		standby := start(t, sa, args...)
+		standby := exportertest.StartReady(t, sa, args...)
 		time.Sleep(5 * time.Second)
 		m := standby.Scrape(t)
 		if m.Value(t, "watchcache_exporter_leader") != 0 || m.Value(t, "watchcache_load_writes_total", "result", "ok") != 0 {
@@ -407,7 +408,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
-		e = start(t, sa, args...)
+		e = exportertest.StartReady(t, sa, args...)
 		e.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
 		})

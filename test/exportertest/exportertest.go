@@ -135,6 +135,14 @@ func (e *Exporter) CheckMetrics(t *testing.T) {
 	}
 }
 
+// StartReady is Start, then WaitReady for up to 30 s.
+func StartReady(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
+	t.Helper()
+	e := Start(t, cfg, args...)
+	e.WaitReady(t, 30*time.Second)
+	return e
+}
+
 // WaitReady waits until /readyz answers 200.
 func (e *Exporter) WaitReady(t *testing.T, timeout time.Duration) {
 	t.Helper()

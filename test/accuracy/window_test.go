@@ -1,4 +1,4 @@
-package daemon_test
+package accuracy_test
 
 import (
 	"fmt"
@@ -35,8 +35,7 @@ type sample struct {
 // larger window (hysteresis), and restarting B must reset only B's window.
 func TestWindowAgainstRate(t *testing.T) {
 	t.Parallel()
-	// Two apiservers and two exporters at up to 100 writes/s.
-	c := testcluster.Start(t, testcluster.Options{Slots: 2})
+	c := testcluster.Start(t, testcluster.Options{})
 	ctx := t.Context()
 	b, err := c.AddAPIServer(ctx, "--request-timeout=2m")
 	if err != nil {
@@ -62,9 +61,9 @@ func TestWindowAgainstRate(t *testing.T) {
 	for _, s := range steps {
 		sched = append(sched, fmt.Sprintf("%v:%s", s.rate, s.dur))
 	}
-	loaded := start(t, c.AdminConfig(), "--namespace="+testNS,
+	loaded := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS,
 		"--apiservers="+list, "--load.schedule="+strings.Join(sched, ","))
-	passive := start(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
+	passive := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",
 		"--quiet.name=watchcache-quiet-passive", "--apiservers="+b.URL(), "--apiserver.history-window=135s")
 
 	capacity := func(s *testcluster.APIServer) float64 {

@@ -1,4 +1,8 @@
-package daemon_test
+// Package accuracy holds the tests of the exporter's figures against the
+// real apiserver's own (its capacity metric, its RVs, its 410 messages): the
+// article's run at 85 writes/s and the window across a schedule of rates.
+// They run side by side, each on a control plane of its own.
+package accuracy_test
 
 import (
 	"fmt"
@@ -87,7 +91,7 @@ func TestArticle(t *testing.T) {
 	})
 
 	const rate = 85
-	e := start(t, c.AdminConfig(), "--namespace="+testNS, fmt.Sprintf("--load.rate=%d", rate))
+	e := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, fmt.Sprintf("--load.rate=%d", rate))
 	start := time.Now()
 	var writesAtStart float64
 	e.WaitFor(t, 30*time.Second, "load flowing", func(m exportertest.Metrics) bool {
@@ -188,14 +192,6 @@ func TestArticle(t *testing.T) {
 	if len(left.Items) > 0 {
 		t.Errorf("%d owned ConfigMaps left after a graceful stop", len(left.Items))
 	}
-}
-
-// start runs the exporter and waits until it is ready.
-func start(t *testing.T, cfg *rest.Config, args ...string) *exportertest.Exporter {
-	t.Helper()
-	e := exportertest.Start(t, cfg, args...)
-	e.WaitReady(t, 30*time.Second)
-	return e
 }
 
 func histogramCount(t *testing.T, m exportertest.Metrics, name string) uint64 {
