@@ -101,10 +101,12 @@ fmt-check:
 # compiles are the ones go test then takes from the build cache, instead of a
 # second compile of Kubernetes, Helm, kustomize and Prometheus. The kind and
 # versions tests, which make test does not run, are vetted (so compiled) too.
+# hack/lowprio runs the compiler, linker and vet below everything else.
+LOWPRIO := -toolexec=$(CURDIR)/hack/lowprio
 vet:
-	CGO_ENABLED=1 $(GO) vet -race ./...
-	CGO_ENABLED=1 $(GO) vet -race -tags kind ./test/kind/
-	CGO_ENABLED=1 $(GO) vet -race -tags versions ./test/versions/
+	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) ./...
+	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) -tags kind ./test/kind/
+	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) -tags versions ./test/versions/
 	cd hack/image && $(GO) vet ./...
 
 GOTESTSUM := bin/gotestsum
@@ -120,13 +122,14 @@ test-unit: $(GOTESTSUM)
 # Every tier. -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing
 # component into a failure instead of a skip. Control planes of all packages
 # run side by side, up to the machine's test slots (test/testcluster,
-# TakeSlots); -p lets enough test binaries run to fill them. The timeout is
+# TakeSlots); -p lets enough test binaries run to fill them, and the packages
+# still compiling meanwhile do so at the lowest priority (LOWPRIO). The timeout is
 # per package and counts the waits for slots. The JSON of the run is kept in
 # bin/test.json; the 15 slowest tests are printed at the end.
 TEST_P ?= 6
 test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet $(GOTESTSUM)
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GOTESTSUM) --jsonfile bin/test.json --format pkgname-and-test-fails \
-		-- -race -vet=off -count=1 -p $(TEST_P) -timeout 30m ./... ; rc=$$?; \
+		-- -race $(LOWPRIO) -vet=off -count=1 -p $(TEST_P) -timeout 30m ./... ; rc=$$?; \
 	echo "The 15 slowest tests (bin/test.json):"; $(GOTESTSUM) tool slowest --jsonfile bin/test.json --threshold 1ms | head -n 15; \
 	exit $$rc
 

@@ -80,7 +80,7 @@ const SlotsEnv = "WATCHCACHE_TEST_SLOTS"
 // DefaultSlots: at the suite's 10-100 writes/s an apiserver and its etcd use
 // a small part of one of this machine's two cores, so that a few run side by
 // side without skewing what each measures.
-const DefaultSlots = 6
+const DefaultSlots = 4
 
 // Alone, as a weight, asks for every slot: the machine to itself.
 const Alone = -1
