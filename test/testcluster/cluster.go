@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -493,12 +492,11 @@ func WaitReady(ctx context.Context, p *Process, hc *http.Client, url, token stri
 func FreePort() (int, error) {
 	for range 1000 {
 		port := 20000 + mathrand.IntN(12000)
-		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("watchcache-exporter-test-port-%d.lock", port)), os.O_CREATE|os.O_RDWR, 0o644)
+		f, err := tryLock("port-" + strconv.Itoa(port))
 		if err != nil {
 			return 0, err
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close()
+		if f == nil {
 			continue
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -145,15 +146,28 @@ func lockFile(t testing.TB, name string) *os.File {
 // tryLockFile is lockFile with an exclusive lock, or nil when another holds it.
 func tryLockFile(t testing.TB, name string) *os.File {
 	t.Helper()
-	f := openLockFile(t, name)
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			t.Fatalf("lock %s: %v", f.Name(), err)
-		}
-		return nil
+	f, err := tryLock(name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return f
+}
+
+// tryLock locks the named lock file of the machine's tests without waiting:
+// nil when another process holds it. FreePort's reservations use it too.
+func tryLock(name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "watchcache-exporter-test-"+name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
 }
 
 func openLockFile(t testing.TB, name string) *os.File {
