@@ -234,7 +234,7 @@ func TestFaults(t *testing.T) {
 
 	// The apiserver unavailable for longer than the renew deadline (its
 	// start takes ~15 s more), the holder stops and leads again once it is
-	// back; an ordinary restart (~15 s, TestArticle) keeps the Lease.
+	// back; an ordinary restart (~15 s, TestArticleOnRealPrometheus) keeps the Lease.
 	for _, outage := range []time.Duration{30 * time.Second, 3 * time.Minute} {
 		t.Run(fmt.Sprintf("apiserver down %s", outage), func(t *testing.T) {
 			before := e.Scrape(t)
@@ -376,7 +376,7 @@ func TestFaults(t *testing.T) {
 		})
 		f.detected()
 		// Its numbers are right from its first full cycle: the first 410
-		// within 2 s of capacity/rate, as in TestArticle.
+		// within 2 s of capacity/rate, as in TestArticleOnRealPrometheus.
 		var first exportertest.Metrics
 		m0 := standby.Scrape(t)
 		t0 := time.Now()

@@ -24,8 +24,8 @@ import (
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
-// UpdateDocsEnv, when "1", makes the real-Prometheus test write the status
-// page's screenshot and a plot of the main panels into docs/.
+// UpdateDocsEnv, when "1", makes TestDocsPictures write the status page's
+// screenshot and a plot of the main panels into docs/.
 const UpdateDocsEnv = "WATCHCACHE_UPDATE_DOCS"
 
 func chromium(t *testing.T) string {
@@ -48,8 +48,9 @@ func chromiumArgs(t *testing.T, extra ...string) []string {
 var dataPoints = regexp.MustCompile(`<path id="(window-[^"]+|predicted|rate)"[^>]*data-points="(\d+)"`)
 
 // checkStatusPage loads the exporter's status page in headless Chromium and
-// checks that its chart drew the window with data.
-func checkStatusPage(t *testing.T, addr string) {
+// checks that its chart drew the window with data; with a path, it saves a
+// screenshot there too.
+func checkStatusPage(t *testing.T, addr, screenshot string) {
 	t.Helper()
 	bin := chromium(t)
 	page := "http://" + addr + "/"
@@ -75,9 +76,8 @@ func checkStatusPage(t *testing.T, addr string) {
 	if !strings.Contains(string(out), `id="legend"><span style="color:`) {
 		t.Errorf("status page in Chromium: no legend drawn")
 	}
-	if os.Getenv(UpdateDocsEnv) == "1" {
-		shot := filepath.Join("..", "docs", "status-page.png")
-		if out, err := exec.Command(bin, chromiumArgs(t, "--window-size=960,720", "--screenshot="+mustAbs(t, shot), page)...).CombinedOutput(); err != nil {
+	if screenshot != "" {
+		if out, err := exec.Command(bin, chromiumArgs(t, "--window-size=960,720", "--screenshot="+mustAbs(t, screenshot), page)...).CombinedOutput(); err != nil {
 			t.Errorf("screenshot: %v\n%s", err, out)
 		}
 	}

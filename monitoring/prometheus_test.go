@@ -17,27 +17,14 @@ import (
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
-// TestDashboardQueriesOnRealPrometheus runs the exporter against the real
-// control plane, scrapes it with two real Prometheus servers, Debian's 2.42
-// and the module's 3.x (native histograms on in each), restarts the
-// apiserver once so that the error, relist and expiry panels have something
-// to show, and runs every dashboard query and recording rule through each
-// server's HTTP API: each must return series on both.
-func TestDashboardQueriesOnRealPrometheus(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
-	ctx := t.Context()
-	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchcache"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	load := "--load.rate=85"
-	docs := os.Getenv(UpdateDocsEnv) == "1"
-	if docs {
-		// A longer run for the pictures: a rate step up shows the window
-		// and the prediction following it.
-		load = "--load.schedule=40:150s,100:10m"
-	}
-	exp := exportertest.Start(t, c.AdminConfig(), "--namespace=watchcache", load, "--resources=pods,leases.coordination.k8s.io", "--resources.interval=2s")
+// Passive measurement of two more resources, for the resource panels.
+var resourcesFlags = [2]string{"--resources=pods,leases.coordination.k8s.io", "--resources.interval=2s"}
+
+// startPrometheus scrapes the exporter at addr and the apiserver with two
+// real Prometheus servers, Debian's 2.42 and the module's 3.x (native
+// histograms on in each), evaluating the rules every second.
+func startPrometheus(t *testing.T, c *testcluster.Cluster, addr string) []promtest.Server {
+	t.Helper()
 	rules, err := filepath.Abs("rules.yml")
 	if err != nil {
 		t.Fatal(err)
@@ -57,20 +44,19 @@ scrape_configs:
     authorization: {credentials: %q}
     static_configs:
       - targets: [%q]
-`, rules, exp.Addr, c.CAFile(), c.AdminConfig().BearerToken, strings.TrimPrefix(c.APIServer().URL(), "https://"))
+`, rules, addr, c.CAFile(), c.AdminConfig().BearerToken, strings.TrimPrefix(c.APIServer().URL(), "https://"))
 	var proms []promtest.Server
 	for _, b := range promtest.Servers(t) {
 		proms = append(proms, promtest.StartBinary(t, b.Path, cfg))
 	}
-	start := time.Now()
+	return proms
+}
 
-	// An apiserver restart: probes fail, watchers relist, the cycle's
-	// stale RV is refused at once.
-	time.Sleep(15 * time.Second)
-	if err := c.APIServer().Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The first BOOKMARK comes ~60 s after the (re)opened bookmark watch.
+// checkDashboards runs every dashboard query, variable and recording rule
+// through each server's HTTP API: each must return series on all of them.
+// The run must have had a first BOOKMARK and a first 410.
+func checkDashboards(t *testing.T, proms []promtest.Server) {
+	t.Helper()
 	for _, prom := range proms {
 		prom.WaitFor(t, `max(watchcache_first_bookmark_last_seconds) > 0 and max(watchcache_expiry_last_seconds) > 0`, 3*time.Minute)
 	}
@@ -117,11 +103,31 @@ scrape_configs:
 			}
 		}
 	}
-	if docs {
-		time.Sleep(time.Until(start.Add(7 * time.Minute)))
+}
+
+// TestDocsPictures draws docs/status-page.png and docs/panels.png from a
+// 7-minute run whose rate steps up and whose apiserver restarts 15 s in, so
+// that the pictures show the window and the prediction following it. It runs only when asked
+// (WATCHCACHE_UPDATE_DOCS=1): the pictures are not a check, and
+// TestArticleOnRealPrometheus runs the same queries and page.
+func TestDocsPictures(t *testing.T) {
+	if os.Getenv(UpdateDocsEnv) != "1" {
+		t.Skip("draws the docs' pictures only with " + UpdateDocsEnv + "=1")
 	}
-	checkStatusPage(t, exp.Addr)
-	if docs {
-		plotPanels(t, proms[0], start, time.Now())
+	c := testcluster.Start(t, testcluster.Options{})
+	admin := kubernetes.NewForConfigOrDie(c.AdminConfig())
+	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "watchcache"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	exp := exportertest.StartReady(t, c.AdminConfig(), "--namespace=watchcache", "--load.schedule=40:150s,100:10m", resourcesFlags[0], resourcesFlags[1])
+	proms := startPrometheus(t, c, exp.Addr)
+	start := time.Now()
+	// A restart 15 s in: the window starts again from zero.
+	time.Sleep(15 * time.Second)
+	if err := c.APIServer().Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(start.Add(7 * time.Minute)))
+	checkStatusPage(t, exp.Addr, filepath.Join("..", "docs", "status-page.png"))
+	plotPanels(t, proms[0], start, time.Now())
 }

@@ -1,3 +1,7 @@
+// Package accuracy holds the tests of the exporter's window against the real
+// apiserver's own figures across a schedule of rates. The article's run at
+// 85 writes/s is in monitoring (TestArticleOnRealPrometheus), where the same
+// run serves the dashboards' check.
 package accuracy_test
 
 import (
@@ -14,6 +18,8 @@ import (
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
+
+const testNS = "watchcache-test"
 
 // sample is one look at both exporters and both apiservers.
 type sample struct {

@@ -112,7 +112,7 @@ func TestLocalNode(t *testing.T) {
 		vars := strings.NewReplacer("$__rate_interval", "1m", "$job", "watchcache-exporter", "$instance", ".+", "$apiserver", ".+", "$resource", ".+")
 		for i, q := range monitoring.DashboardQueries() {
 			if strings.Contains(q, "$apiserver_job") {
-				continue // this Prometheus does not scrape the apiserver; TestDashboardQueriesOnRealPrometheus's does
+				continue // this Prometheus does not scrape the apiserver; TestArticleOnRealPrometheus's does
 			}
 			if res := prom.Query(t, vars.Replace(q)); len(res) == 0 {
 				t.Errorf("dashboard query %d returned no series: %s", i, q)

@@ -1,8 +1,4 @@
-// Package accuracy holds the tests of the exporter's figures against the
-// real apiserver's own (its capacity metric, its RVs, its 410 messages): the
-// article's run at 85 writes/s and the window across a schedule of rates.
-// They run side by side, each on a control plane of its own.
-package accuracy_test
+package monitoring
 
 import (
 	"fmt"
@@ -24,9 +20,13 @@ import (
 
 const testNS = "watchcache-test"
 
-// TestArticle reproduces the article on the real apiserver in one run at 85
-// writes/s, and then restarts the apiserver under the exporter.
-func TestArticle(t *testing.T) {
+// TestArticleOnRealPrometheus reproduces the article on the real apiserver
+// in one run at 85 writes/s, then restarts the apiserver under the exporter.
+// The same run, scraped by two real Prometheus servers, serves the
+// dashboards' check: every query, variable and recording rule must return
+// series on both (the restart gives the error, relist and reset panels
+// something to show), and the status page must draw its chart.
+func TestArticleOnRealPrometheus(t *testing.T) {
 	t.Parallel()
 	// Alone: its first 410 must come within 2 s of capacity/rate at 85 writes/s.
 	c := testcluster.Start(t, testcluster.Options{Slots: testcluster.Alone})
@@ -92,7 +92,8 @@ func TestArticle(t *testing.T) {
 	})
 
 	const rate = 85
-	e := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, fmt.Sprintf("--load.rate=%d", rate))
+	e := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, fmt.Sprintf("--load.rate=%d", rate), resourcesFlags[0], resourcesFlags[1])
+	proms := startPrometheus(t, c, e.Addr)
 	start := time.Now()
 	var writesAtStart float64
 	e.WaitFor(t, 30*time.Second, "load flowing", func(m exportertest.Metrics) bool {
@@ -181,6 +182,10 @@ func TestArticle(t *testing.T) {
 	if h, g := histogramCount(t, after, "watchcache_expiry_seconds"), histogramCount(t, before, "watchcache_expiry_seconds"); h != g {
 		t.Errorf("the restart added %v to watchcache_expiry_seconds, want 0", h-g)
 	}
+
+	// The dashboards on what both Prometheus servers scraped of the run.
+	checkDashboards(t, proms)
+	checkStatusPage(t, e.Addr, "")
 
 	// A graceful stop deletes what the exporter made.
 	if code := e.Stop(t); code != 0 {
