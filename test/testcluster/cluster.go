@@ -72,9 +72,14 @@ type Options struct {
 	// Slots is how many of the machine's test slots Start takes for the
 	// cluster's test (see TakeSlots): default 1, Alone for all of them.
 	Slots int
+	// EventsEtcd keeps events in an etcd of their own
+	// (--etcd-servers-overrides=/events#...), as large clusters do: their
+	// resourceVersions are that etcd's revisions, not the main one's.
+	EventsEtcd bool
 }
 
-// Cluster is one etcd and one or more kube-apiservers that share it.
+// Cluster is one etcd (and one for events with Options.EventsEtcd) and one
+// or more kube-apiservers that share it.
 type Cluster struct {
 	dir        string
 	bin        string
@@ -83,6 +88,8 @@ type Cluster struct {
 	pki        *pki
 	etcd       *Process
 	etcdURL    string
+	eventsEtcd *Process // nil unless Options.EventsEtcd
+	eventsURL  string
 
 	mu         sync.Mutex
 	apiservers []*APIServer
@@ -193,10 +200,17 @@ func New(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.pki, err = writePKI(dir, c.adminToken, ips); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	if err := c.startEtcd(ctx); err != nil {
+	if c.etcd, c.etcdURL, err = startEtcd(ctx, c.bin, c.dir, "etcd"); err != nil {
 		return nil, err
 	}
-	if _, err := c.addAPIServer(ctx, addr, opts.Port, opts.APIServerFlags); err != nil {
+	flags := opts.APIServerFlags
+	if opts.EventsEtcd {
+		if c.eventsEtcd, c.eventsURL, err = startEtcd(ctx, c.bin, c.dir, "etcd-events"); err != nil {
+			return nil, err
+		}
+		flags = append([]string{"--etcd-servers-overrides=/events#" + c.eventsURL}, flags...)
+	}
+	if _, err := c.addAPIServer(ctx, addr, opts.Port, flags); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -277,37 +291,39 @@ func (c *Cluster) addAPIServer(ctx context.Context, addr string, port int, extra
 	return a, a.Start(ctx)
 }
 
-func (c *Cluster) startEtcd(ctx context.Context) error {
+// startEtcd starts an etcd called name, with its data in dir/name and its
+// log in dir/name.log, and waits until it is healthy.
+func startEtcd(ctx context.Context, bin, dir, name string) (*Process, string, error) {
 	clientPort, err := FreePort()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	peerPort, err := FreePort()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	url := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	c.etcd = &Process{
-		Name: "etcd",
-		Path: filepath.Join(c.bin, "etcd"),
+	p := &Process{
+		Name: name,
+		Path: filepath.Join(bin, "etcd"),
 		Args: []string{
 			"--name=default",
-			"--data-dir=" + filepath.Join(c.dir, "etcd"),
-			"--listen-client-urls=" + c.etcdURL,
-			"--advertise-client-urls=" + c.etcdURL,
+			"--data-dir=" + filepath.Join(dir, name),
+			"--listen-client-urls=" + url,
+			"--advertise-client-urls=" + url,
 			"--listen-peer-urls=" + peerURL,
 			"--initial-advertise-peer-urls=" + peerURL,
 			"--initial-cluster=default=" + peerURL,
 			// Test data: durability is not worth an fsync per write.
 			"--unsafe-no-fsync",
 		},
-		LogPath: filepath.Join(c.dir, "etcd.log"),
+		LogPath: filepath.Join(dir, name+".log"),
 	}
-	if err := c.etcd.Start(); err != nil {
-		return err
+	if err := p.Start(); err != nil {
+		return nil, "", err
 	}
-	return WaitReady(ctx, c.etcd, http.DefaultClient, c.etcdURL+"/health", "", 30*time.Second)
+	return p, url, WaitReady(ctx, p, http.DefaultClient, url+"/health", "", 30*time.Second)
 }
 
 // Stop stops every apiserver, then etcd. The folder stays; RemoveDir removes it.
@@ -316,8 +332,10 @@ func (c *Cluster) Stop() error {
 	for _, a := range c.APIServers() {
 		errs = append(errs, a.Stop())
 	}
-	if c.etcd != nil {
-		errs = append(errs, c.etcd.Stop(10*time.Second))
+	for _, p := range []*Process{c.etcd, c.eventsEtcd} {
+		if p != nil {
+			errs = append(errs, p.Stop(10*time.Second))
+		}
 	}
 	return errors.Join(errs...)
 }
