@@ -61,10 +61,8 @@ type resourceWindows struct {
 	m         resourceMetrics
 
 	// Owned by Run's goroutine.
-	failedSince []time.Time // per resource: zero while its probes answer
-	etcd        struct {
-		oldest uint64 // smallest RV etcd served; 0: not known
-	}
+	failedSince []time.Time               // per resource: zero while its probes answer
+	etcdOldest  map[*rvclock.Clock]uint64 // per etcd (its RV clock): the smallest RV it served; 0 or absent: not known
 }
 
 type resourceMetrics struct {
@@ -93,6 +91,7 @@ func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.
 		cfg: cfg, resources: rs, hist: hist, log: log,
 		errLog:      ratelog.New(log, 30*time.Second, time.Now),
 		failedSince: make([]time.Time, len(rs)),
+		etcdOldest:  map[*rvclock.Clock]uint64{},
 		m: resourceMetrics{
 			windows: windows,
 			cacheOn: f.NewGaugeVec(promopts.Gauge("resource_watch_cache_enabled",
@@ -134,12 +133,13 @@ func (w *resourceWindows) round(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	etcdChecked := false
+	checked := map[*rvclock.Clock]bool{} // one search per etcd and round
 	for i, r := range w.resources {
 		res := results[i]
-		if res.Outcome == Expired && res.Refusal.Source == SourceEtcd && !etcdChecked {
-			etcdChecked = true
-			w.searchEtcd(ctx, w.probers[i])
+		clk, placed := w.hist.ClockOf(r.Name())
+		if placed && res.Outcome == Expired && res.Refusal.Source == SourceEtcd && !checked[clk] {
+			checked[clk] = true
+			w.searchEtcd(ctx, w.probers[i], clk)
 		}
 		w.record(i, r, res)
 	}
@@ -160,6 +160,14 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		return
 	}
 	w.failedSince[i] = time.Time{}
+	// Timed by the RVs of the resource's own etcd, once its first object
+	// count has said which that is.
+	clk, placed := w.hist.ClockOf(r.Name())
+	if !placed {
+		w.setUnknown(r)
+		w.errLog.Info("resource-unplaced-"+r.Name(), "window unknown: which etcd holds the resource is not known yet (its first object count)", "resource", r.Name())
+		return
+	}
 	var oldest uint64
 	switch {
 	case res.Outcome == OK:
@@ -172,7 +180,7 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		w.m.cacheOn.WithLabelValues(g, rs).Set(1)
 	case res.Refusal.Source == SourceEtcd:
 		w.m.cacheOn.WithLabelValues(g, rs).Set(0)
-		oldest = w.etcd.oldest
+		oldest = w.etcdOldest[clk]
 	}
 	if oldest == 0 {
 		w.setUnknown(r)
@@ -184,10 +192,10 @@ func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
 		return
 	}
 	rvs := nan
-	if newest, _, ok := w.hist.Clock.Newest(); ok && newest >= oldest {
+	if newest, _, ok := clk.Newest(); ok && newest >= oldest {
 		rvs = float64(newest - oldest)
 	}
-	seconds, lower := windowSeconds(w.hist.Clock, oldest, res.Answered)
+	seconds, lower := windowSeconds(clk, oldest, res.Answered)
 	w.m.windows.set(Window{Group: g, Resource: rs, Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}, rvs)
 }
 
@@ -196,11 +204,11 @@ func (w *resourceWindows) setUnknown(r resources.Resource) {
 }
 
 // searchEtcd finds the smallest RV etcd still serves a watch from, through
-// p, a resource whose cache is off; etcd's compaction is one for every
-// resource. Compaction only moves forward: while the last one found is
+// p, a resource whose cache is off, up to the newest RV of clk, its etcd's
+// clock; etcd's compaction is one for every resource in that etcd. Compaction only moves forward: while the last one found is
 // served, it still holds (its predecessor was refused); once refused, the
 // new one lies between it and the newest RV, found by bisection.
-func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober) {
+func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober, clk *rvclock.Clock) {
 	served := func(rv uint64) (ok, known bool) {
 		w.m.searchProbes.Inc()
 		r := p.Probe(ctx, strconv.FormatUint(rv, 10))
@@ -213,30 +221,30 @@ func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober) {
 		return false, false
 	}
 	lo := uint64(1) // refused: the probe from RV 1 was
-	if w.etcd.oldest > 1 {
-		ok, known := served(w.etcd.oldest)
+	if w.etcdOldest[clk] > 1 {
+		ok, known := served(w.etcdOldest[clk])
 		if !known {
 			return // keep the last one found; the next round tries again
 		}
 		if ok {
 			return
 		}
-		lo = w.etcd.oldest
+		lo = w.etcdOldest[clk]
 	}
-	hi, _, ok := w.hist.Clock.Newest()
+	hi, _, ok := clk.Newest()
 	if !ok || hi <= lo {
-		w.etcd.oldest = 0
+		w.etcdOldest[clk] = 0
 		return
 	}
 	if ok, known := served(hi); !ok || !known {
-		w.etcd.oldest = 0 // the clock lags: the next round tries again
+		w.etcdOldest[clk] = 0 // the clock lags: the next round tries again
 		return
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		ok, known := served(mid)
 		if !known {
-			w.etcd.oldest = 0
+			w.etcdOldest[clk] = 0
 			return
 		}
 		if ok {
@@ -245,8 +253,8 @@ func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober) {
 			lo = mid
 		}
 	}
-	if hi != w.etcd.oldest {
+	if hi != w.etcdOldest[clk] {
 		w.log.V(1).Info("etcd's oldest revision found, for resources whose watch cache is off", "oldestResourceVersion", hi)
 	}
-	w.etcd.oldest = hi
+	w.etcdOldest[clk] = hi
 }

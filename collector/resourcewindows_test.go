@@ -76,31 +76,31 @@ func TestSearchEtcd(t *testing.T) {
 	hist := rvclock.NewHistory(10)
 	hist.Observe(5000, time.Now())
 	e := &etcdLike{compacted: 1234}
-	w := &resourceWindows{hist: hist, log: logr.Discard(),
+	w := &resourceWindows{hist: hist, log: logr.Discard(), etcdOldest: map[*rvclock.Clock]uint64{},
 		m: resourceMetrics{searchProbes: promauto.With(prometheus.NewRegistry()).NewCounter(prometheus.CounterOpts{Name: "x"})}}
 	p := NewWatchProber(e.watch, metav1.ListOptions{}, time.Millisecond)
 	ctx := t.Context()
 
-	w.searchEtcd(ctx, p)
-	if w.etcd.oldest != 1234 || e.watches > 15 {
-		t.Errorf("first search: oldest %d in %d watches, want 1234 in at most 15 (log2 5000 + 1)", w.etcd.oldest, e.watches)
+	w.searchEtcd(ctx, p, hist.Clock)
+	if w.etcdOldest[hist.Clock] != 1234 || e.watches > 15 {
+		t.Errorf("first search: oldest %d in %d watches, want 1234 in at most 15 (log2 5000 + 1)", w.etcdOldest[hist.Clock], e.watches)
 	}
 	e.watches = 0
-	w.searchEtcd(ctx, p)
-	if w.etcd.oldest != 1234 || e.watches != 1 {
-		t.Errorf("no compaction since: oldest %d in %d watches, want 1234 in 1", w.etcd.oldest, e.watches)
+	w.searchEtcd(ctx, p, hist.Clock)
+	if w.etcdOldest[hist.Clock] != 1234 || e.watches != 1 {
+		t.Errorf("no compaction since: oldest %d in %d watches, want 1234 in 1", w.etcdOldest[hist.Clock], e.watches)
 	}
 	e.compacted = 4321
-	w.searchEtcd(ctx, p)
-	if w.etcd.oldest != 4321 {
-		t.Errorf("after a compaction: oldest %d, want 4321", w.etcd.oldest)
+	w.searchEtcd(ctx, p, hist.Clock)
+	if w.etcdOldest[hist.Clock] != 4321 {
+		t.Errorf("after a compaction: oldest %d, want 4321", w.etcdOldest[hist.Clock])
 	}
 	// A clock that lags etcd's compaction gives no answer rather than a
 	// wrong one.
 	e.compacted = 6000
-	w.searchEtcd(ctx, p)
-	if w.etcd.oldest != 0 {
-		t.Errorf("compaction past the newest RV known: oldest %d, want 0 (unknown)", w.etcd.oldest)
+	w.searchEtcd(ctx, p, hist.Clock)
+	if w.etcdOldest[hist.Clock] != 0 {
+		t.Errorf("compaction past the newest RV known: oldest %d, want 0 (unknown)", w.etcdOldest[hist.Clock])
 	}
 }
 
@@ -112,13 +112,17 @@ func TestRecordResourceWindow(t *testing.T) {
 	hist := rvclock.NewHistory(10)
 	now := time.Now()
 	hist.Observe(1000, now.Add(-100*time.Second))
-	hist.Observe(2000, now)
 	pods := resources.Resource{Version: "v1", Resource: "pods"}
 	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{pods}, Interval: time.Second, StaleAfter: 3,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
 		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
 	get := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("", "pods")) }
 	seconds, rvs, oldest, lower, on := w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn
+	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
+	if s := get(seconds); !math.IsNaN(s) {
+		t.Errorf("before the first object count says which etcd holds pods: window %v, want NaN", s)
+	}
+	hist.Place("pods", 2000, now, true)
 	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
 	if s, en := get(seconds), get(on); math.Abs(s-50) > 0.01 || en != 1 {
 		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, en)
@@ -137,7 +141,7 @@ func TestRecordResourceWindow(t *testing.T) {
 	if s, l, o := get(seconds), get(lower), get(oldest); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
 		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
 	}
-	w.etcd.oldest = 1999
+	w.etcdOldest[hist.Clock] = 1999
 	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
 	if en, o := get(on), get(oldest); en != 0 || o != 1999 {
 		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", en, o)
@@ -152,5 +156,27 @@ func TestRecordResourceWindow(t *testing.T) {
 		if ws := w.m.windows.windows(); (len(ws) == 0) != (i == 2) {
 			t.Errorf("after %d failed intervals: windows() = %+v", i+1, ws)
 		}
+	}
+}
+
+// A resource in another etcd is timed by its own RVs: the main clock does
+// not even know RVs that high.
+func TestRecordResourceWindowOtherEtcd(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	hist := rvclock.NewHistory(10)
+	now := time.Now()
+	hist.Observe(1000, now.Add(-100*time.Second))
+	hist.Observe(2000, now)
+	hist.Place("events", 50000, now.Add(-10*time.Second), false)
+	hist.Place("events", 51000, now, true) // by chance between two main RVs: still the other etcd's
+	events := resources.Resource{Version: "v1", Resource: "events"}
+	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{events}, Interval: time.Second,
+		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
+		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
+	w.record(0, events, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 50499}, Answered: now})
+	s := testutil.ToFloat64(w.m.windows.seconds.WithLabelValues("", "events"))
+	n := testutil.ToFloat64(w.m.windows.rvs.WithLabelValues("", "events"))
+	if math.Abs(s-5) > 0.01 || n != 501 {
+		t.Errorf("events' window %v s, %v RVs; want 5 s (RV 50500 written 5 s ago by their own clock), 501", s, n)
 	}
 }

@@ -219,7 +219,10 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		if err != nil {
 			return nil, err
 		}
-		p.objects = resources.NewObjects(mc, p.resources, p.hist, reg, log.WithName("resources"))
+		current := func(ctx context.Context) (uint64, error) {
+			return rvclock.CurrentRV(ctx, p.core, cfg.namespace, cfg.quietName)
+		}
+		p.objects = resources.NewObjects(mc, p.resources, p.hist, current, reg, log.WithName("resources"))
 	}
 	switch cfg.apiservers {
 	case "discover":

@@ -57,7 +57,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	store := owned.NewStore("ns", "q", rec, logr.Discard(), time.Now)
 	res := collector.ResourcesConfig{Resources: []resources.Resource{{Version: "v1", Resource: "pods"}}, Interval: time.Second,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
-	resources.NewObjects(nil, res.Resources, hist, rec, logr.Discard())
+	resources.NewObjects(nil, res.Resources, hist, nil, rec, logr.Discard())
 	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,
 		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
 		t.Fatal(err)

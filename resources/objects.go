@@ -2,6 +2,7 @@ package resources
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -21,22 +22,32 @@ import (
 // Objects counts, every interval, the objects of each resource: what a
 // client that relists it fetches. One list with limit=1 per resource and
 // interval, metadata only, whose remainingItemCount gives the rest; its RV
-// is the cluster's current one, which teaches the RV clock.
+// is the current revision of the etcd that holds the resource, which
+// teaches that etcd's RV clock.
+//
+// Which etcd that is, the RVs say: the round of lists lies between two
+// reads of the main etcd's current RV, and a list of a resource in the
+// main etcd is a consistent read, so its RV lies between them too. A
+// resource whose RV does not is in an etcd of its own (events, with
+// --etcd-servers-overrides) and is timed by a clock of its own from then on.
 type Objects struct {
 	client    metadata.Interface
 	resources []Resource
 	hist      *rvclock.History
+	current   func(context.Context) (uint64, error)
+	log       logr.Logger
 	objects   *prometheus.GaugeVec
 	errors    *prometheus.CounterVec
 	errLog    *ratelog.Logger
 }
 
-// NewObjects counts resources through client. Its series carry no apiserver
-// label: every apiserver lists from the same etcd.
-func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *Objects {
+// NewObjects counts resources through client; current reads the main etcd's
+// current RV (rvclock.CurrentRV). Its series carry no apiserver label: every
+// apiserver lists from the same etcd.
+func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.History, current func(context.Context) (uint64, error), reg prometheus.Registerer, log logr.Logger) *Objects {
 	f := promauto.With(reg)
 	o := &Objects{
-		client: client, resources: resources, hist: hist,
+		client: client, resources: resources, hist: hist, current: current, log: log,
 		objects: f.NewGaugeVec(promopts.Gauge("resource_objects",
 			"Objects of the resource in the whole cluster: what an informer of it fetches when it relists (a list with limit=1: its items plus remainingItemCount). NaN when the apiserver does not give the count."),
 			[]string{"group", "resource"}),
@@ -52,27 +63,59 @@ func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.H
 
 // Run counts every interval until ctx ends.
 func (o *Objects) Run(ctx context.Context, interval time.Duration) {
-	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
-		for _, r := range o.resources {
-			if ctx.Err() != nil {
-				return
-			}
-			o.count(ctx, r)
-		}
-	}, interval)
+	wait.NonSlidingUntilWithContext(ctx, o.round, interval)
 }
 
-func (o *Objects) count(ctx context.Context, r Resource) {
+// listed is the RV of one resource's list and when it arrived; rv is 0
+// when the list failed or its RV is not a number.
+type listed struct {
+	rv uint64
+	at time.Time
+}
+
+// round counts every resource once, between two reads of the main etcd's
+// current RV, and gives each RV to the clock of its etcd.
+func (o *Objects) round(ctx context.Context) {
+	before, errBefore := o.current(ctx)
+	seen := make([]listed, len(o.resources))
+	for i, r := range o.resources {
+		if ctx.Err() != nil {
+			return
+		}
+		seen[i] = o.count(ctx, r)
+	}
+	after, errAfter := o.current(ctx)
+	if err := errors.Join(errBefore, errAfter); err != nil && ctx.Err() == nil {
+		o.errLog.Error("objects-current", err, "cannot read the main etcd's current resourceVersion (list configmaps, limit 1): the object counts' RVs teach no clock this round")
+	}
+	bracketed := errBefore == nil && errAfter == nil
+	for i, r := range o.resources {
+		s := seen[i]
+		other := o.hist.Other(r.Name())
+		if s.rv == 0 || !bracketed && !other {
+			continue // which etcd it came from is unknown: it teaches no clock
+		}
+		sameEtcd := bracketed && before <= s.rv && s.rv <= after
+		if !sameEtcd && !other {
+			o.log.Info("a resource's resourceVersions are another etcd's than the ConfigMaps' (--etcd-servers-overrides): its window is timed by its own RVs",
+				"resource", r.Name(), "resourceVersion", s.rv, "configMapsBefore", before, "configMapsAfter", after)
+		}
+		o.hist.Place(r.Name(), s.rv, s.at, sameEtcd)
+	}
+}
+
+func (o *Objects) count(ctx context.Context, r Resource) listed {
 	l, err := o.client.Resource(r.GVR()).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		if ctx.Err() == nil {
 			o.errors.WithLabelValues(r.Group, r.Resource, promopts.Reason(err)).Inc()
 			o.errLog.Error("objects-"+r.Name(), err, "cannot count the objects of a resource (list, limit=1)", "resource", r.Name())
 		}
-		return
+		return listed{}
 	}
+	var seen listed
 	if rv, err := owned.ParseRV(l.ResourceVersion); err == nil {
-		o.hist.Observe(rv, time.Now())
+		seen = listed{rv, time.Now()}
 	}
 	n := math.NaN()
 	switch {
@@ -82,4 +125,5 @@ func (o *Objects) count(ctx context.Context, r Resource) {
 		n = float64(len(l.Items))
 	}
 	o.objects.WithLabelValues(r.Group, r.Resource).Set(n)
+	return seen
 }
