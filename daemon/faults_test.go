@@ -29,10 +29,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
-func TestMain(m *testing.M) {
-	exportertest.RunChildIfAsked()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(exportertest.Main(m)) }
 
 // faultNS is the namespace of deploy/'s manifests, whose RBAC and APF
 // objects the fault matrix uses as they are.

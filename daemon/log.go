@@ -34,11 +34,17 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, logr.Logger) {
 	if format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	}
-	sl := slog.New(h)
-	// klog's logger is global: set it once per process (tests run several
-	// exporters in one), before client-go logs anything.
-	routeKlog.Do(func() { klog.SetSlogLogger(sl) })
-	return sl, logr.FromSlogHandler(h)
+	RouteKlog(h)
+	return slog.New(h), logr.FromSlogHandler(h)
+}
+
+// RouteKlog sends klog's lines, client-go's, to h; only its first call
+// counts. klog's logger is global and read without a lock, so it is set
+// once per process before any client runs: Run does it first thing, and a
+// test binary that runs exporters in its own process beside other tests
+// calls it before they start (exportertest.Main).
+func RouteKlog(h slog.Handler) {
+	routeKlog.Do(func() { klog.SetSlogLogger(slog.New(h)) })
 }
 
 var routeKlog sync.Once

@@ -5,6 +5,7 @@ package exportertest
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -41,10 +42,9 @@ type Exporter struct {
 // exporter instead of the tests.
 const childEnv = "WATCHCACHE_EXPORTER_CHILD"
 
-// RunChildIfAsked runs the exporter as cmd/watchcache-exporter does, and
-// exits, when this test binary is a child of StartProcess. A package that
-// uses StartProcess calls it first thing in its TestMain.
-func RunChildIfAsked() {
+// runChildIfAsked runs the exporter as cmd/watchcache-exporter does, and
+// exits, when this test binary is a child of StartProcess (Main calls it).
+func runChildIfAsked() {
 	if os.Getenv(childEnv) != "1" {
 		return
 	}
@@ -54,8 +54,19 @@ func RunChildIfAsked() {
 	os.Exit(code)
 }
 
+// Main runs the tests of a package that starts exporters, from its
+// TestMain: os.Exit(exportertest.Main(m)). In StartProcess's child it runs
+// the exporter instead. Otherwise it routes klog to stderr before any test
+// starts: the exporters run in this process and route klog once, which
+// would race with the clients of tests already running beside them.
+func Main(m *testing.M) int {
+	runChildIfAsked()
+	daemon.RouteKlog(slog.NewTextHandler(os.Stderr, nil))
+	return m.Run()
+}
+
 // StartProcess runs the exporter in a child process, the test binary run
-// again (see RunChildIfAsked), so that a test can kill it with SIGKILL.
+// again (see runChildIfAsked), so that a test can kill it with SIGKILL.
 func StartProcess(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
 	t.Helper()
 	addr := FreeAddr(t)

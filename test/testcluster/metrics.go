@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -37,7 +38,19 @@ func (a *APIServer) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, 
 
 // EtcdMetrics scrapes etcd's /metrics, e.g. etcd_debugging_mvcc_compact_revision.
 func (c *Cluster) EtcdMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.etcdURL+"/metrics", nil)
+	return etcdMetrics(ctx, c.etcdURL)
+}
+
+// EventsEtcdMetrics is the /metrics of the events' etcd (Options.EventsEtcd).
+func (c *Cluster) EventsEtcdMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	if c.eventsEtcd == nil {
+		return nil, errors.New("no etcd of their own for events: Options.EventsEtcd is off")
+	}
+	return etcdMetrics(ctx, c.eventsURL)
+}
+
+func etcdMetrics(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
