@@ -205,9 +205,10 @@ func (w *resourceWindows) setUnknown(r resources.Resource) {
 
 // searchEtcd finds the smallest RV etcd still serves a watch from, through
 // p, a resource whose cache is off, up to the newest RV of clk, its etcd's
-// clock; etcd's compaction is one for every resource in that etcd. Compaction only moves forward: while the last one found is
-// served, it still holds (its predecessor was refused); once refused, the
-// new one lies between it and the newest RV, found by bisection.
+// clock; etcd's compaction is one for every resource in that etcd.
+// Compaction only moves forward: while the last one found is served, it
+// still holds (its predecessor was refused); once refused, the new one lies
+// between it and the newest RV, found by bisection.
 func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober, clk *rvclock.Clock) {
 	served := func(rv uint64) (ok, known bool) {
 		w.m.searchProbes.Inc()

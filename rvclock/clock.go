@@ -1,8 +1,8 @@
 // Package rvclock is the exporter's process-wide knowledge of
 // resourceVersions: when each was written (the RV clock), which were the
 // exporter's own ConfigMap writes, and the write rates they give. Every
-// apiserver's measurement shares it: RVs are etcd revisions, one counter for
-// the whole cluster.
+// apiserver's measurement shares it: RVs are etcd revisions, one counter per
+// etcd (History keeps a clock for each).
 package rvclock
 
 import (
