@@ -354,7 +354,7 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 	}
 	reset = c.checkReset(oldest, snap.Newest)
 	if c.cycle.active {
-		c.m.distanceLive.Set(float64(oldest) - float64(c.cycle.r0))
+		c.m.distanceLive.Set(rvDistance(oldest, c.cycle.r0))
 	}
 	c.m.estimatedCapacity.Set(float64(snap.OwnWritesAfter))
 	rvs := nan
@@ -417,7 +417,7 @@ func (c *Collector) endCycle(stale, bookmark ProbeResult, bookmarkRV uint64) {
 	c.m.expiryLast.Set(expiry)
 	kv := []any{"expirySeconds", expiry, "staleResourceVersion", c.cycle.r0, "source", stale.Refusal.Source}
 	if o := stale.Refusal.Oldest; o != 0 {
-		d := float64(o) - float64(c.cycle.r0)
+		d := rvDistance(o, c.cycle.r0)
 		c.m.distance.Observe(d)
 		c.m.distanceLast.Set(d)
 		kv = append(kv, "oldestResourceVersion", o, "distance", d)
@@ -454,3 +454,12 @@ func (c *Collector) Windows() []Window { return c.m.windows.windows() }
 
 // Unregister removes this Collector's series.
 func (c *Collector) Unregister() { c.m.unregister() }
+
+// rvDistance is a - b, subtracted as integers first: RVs as floats are exact
+// only below 2^53.
+func rvDistance(a, b uint64) float64 {
+	if a >= b {
+		return float64(a - b)
+	}
+	return -float64(b - a)
+}

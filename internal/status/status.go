@@ -148,18 +148,26 @@ func (p *Page) sample(now time.Time) {
 	if len(p.samples) > p.keep {
 		p.samples = p.samples[len(p.samples)-p.keep:]
 	}
+	// Only the series there now are remembered: an apiserver that left is
+	// forgotten, and one whose series came back (a won-back Lease starts
+	// them at 0) is counted from 0 again, as a counter reset.
+	counts := map[[2]string]float64{}
 	for _, m := range byName["watchcache_expiry_cycles_total"].GetMetric() {
 		key := [2]string{label(m, "apiserver"), label(m, "bookmark_result")}
-		v := value(m)
-		if v > p.counts[key] {
+		v, prev := value(m), p.counts[key]
+		if v < prev {
+			prev = 0
+		}
+		if v > prev {
 			p.cycles = append(p.cycles, Cycle{
 				Time: s.Time, APIServer: key[0], Bookmark: key[1],
 				Expiry:   finite(last("watchcache_expiry_last_seconds", key[0])),
 				Distance: finite(last("watchcache_stale_distance_last_resource_versions", key[0])),
 			})
 		}
-		p.counts[key] = v
+		counts[key] = v
 	}
+	p.counts = counts
 	if len(p.cycles) > 50 {
 		p.cycles = p.cycles[len(p.cycles)-50:]
 	}

@@ -72,3 +72,28 @@ func TestPage(t *testing.T) {
 }
 
 func nan() float64 { var z float64; return z / z }
+
+// A standby deletes its series; when it wins the Lease back they start at 0
+// again. Cycles after that are shown, and apiservers that left are
+// forgotten.
+func TestPageCyclesAfterLeaseWonBack(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cycles := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchcache_expiry_cycles_total"}, []string{"apiserver", "bookmark_result"})
+	reg.MustRegister(cycles)
+	p := New(reg, time.Second, 10)
+	for i := range 3 {
+		cycles.WithLabelValues("a:6443", "ok").Inc()
+		cycles.WithLabelValues("gone:6443", "ok").Inc()
+		p.sample(time.Unix(int64(100+i), 0))
+	}
+	cycles.Reset() // standby
+	p.sample(time.Unix(110, 0))
+	if len(p.counts) != 0 {
+		t.Errorf("counts kept for series that are gone: %v", p.counts)
+	}
+	cycles.WithLabelValues("a:6443", "ok").Inc() // leader again: 1, below the 3 seen before
+	p.sample(time.Unix(120, 0))
+	if n := len(p.cycles); n != 7 || p.cycles[n-1].Time != 120000 || p.cycles[n-1].APIServer != "a:6443" {
+		t.Errorf("cycles %+v: want 6 before the standby and one at 120 s after it", p.cycles)
+	}
+}
