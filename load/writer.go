@@ -99,7 +99,7 @@ type Writer struct {
 	log    logr.Logger
 	errLog *ratelog.Logger
 
-	target   prometheus.Gauge
+	target   *prometheus.GaugeVec // no labels: absent while no load runs
 	writes   *prometheus.CounterVec
 	duration prometheus.Histogram
 
@@ -117,7 +117,8 @@ func NewWriter(cfg Config, client corev1client.CoreV1Interface, store *owned.Sto
 	w := &Writer{
 		cfg: cfg, names: cfg.Names(), client: client, store: store, clock: clock,
 		log: log, errLog: ratelog.New(log, 30*time.Second, time.Now),
-		target: f.NewGauge(promopts.Gauge("load_target_writes_per_second", "The write rate the load schedule asks for now.")),
+		target: f.NewGaugeVec(promopts.Gauge("load_target_writes_per_second",
+			"The write rate the load schedule asks for now; absent while this process drives no load (a standby), 0 in passive mode."), nil),
 		writes: f.NewCounterVec(promopts.Counter("load_writes_total",
 			"Noise patches by result: ok, throttled (429 from API Priority and Fairness), error."), []string{"result"}),
 		duration: f.NewHistogram(promopts.Histogram("load_write_duration_seconds",
@@ -142,10 +143,13 @@ func (w *Writer) Run(ctx context.Context) {
 	sched := w.cfg.Schedule
 	peak := sched.Max()
 	if peak == 0 {
-		w.target.Set(0)
+		w.target.WithLabelValues().Set(0)
 		w.log.Info("passive mode: no load")
 		return
 	}
+	// A standby reports no target: summed over the pods, targets would
+	// count the load twice.
+	defer w.target.Reset()
 	if !w.ensureObjects(ctx) {
 		return
 	}
@@ -171,7 +175,7 @@ func (w *Writer) follow(ctx context.Context, sched Schedule, gate *gate, limiter
 		limiter.SetLimit(rate.Limit(st.Rate))
 		limiter.SetBurst(max(1, int(st.Rate/10)))
 		gate.set(st.Rate > 0)
-		w.target.Set(st.Rate)
+		w.target.WithLabelValues().Set(st.Rate)
 		if len(sched) > 1 {
 			w.log.Info("load step", "step", i+1, "of", len(sched), "writesPerSecond", st.Rate, "for", st.Duration)
 		}

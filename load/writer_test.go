@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -157,4 +158,27 @@ func writes(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	}
 	t.Fatalf("no watchcache_load_writes_total{result=%q}", result)
 	return 0
+}
+
+// The target exists only while the load runs: a standby (the Lease lost)
+// reports none, so a sum over the pods counts the load once.
+func TestWriterTargetOnlyWhileRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		count := func(reg *prometheus.Registry) int {
+			n, err := testutil.GatherAndCount(reg, "watchcache_load_target_writes_per_second")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		reg := runWriterWith(t, fakecache.New(100), 1, 10, 2*time.Second, func(reg *prometheus.Registry) {
+			time.Sleep(time.Second)
+			if got := gauge(t, reg, "watchcache_load_target_writes_per_second"); got != 10 {
+				t.Errorf("target %v while the load runs, want 10", got)
+			}
+		})
+		if n := count(reg); n != 0 {
+			t.Errorf("%d target series after the load stopped, want none", n)
+		}
+	})
 }

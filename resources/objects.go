@@ -55,14 +55,16 @@ func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.H
 			"Failed object counts (list limit=1), by resource and Kubernetes status reason."), []string{"group", "resource", "reason"}),
 		errLog: ratelog.New(log, 30*time.Second, time.Now),
 	}
-	for _, r := range resources {
-		o.objects.WithLabelValues(r.Group, r.Resource).Set(math.NaN())
-	}
 	return o
 }
 
-// Run counts every interval until ctx ends.
+// Run counts every interval until ctx ends. The counts exist only while it
+// runs: a standby's would be stale, and doubled in sums over the pods.
 func (o *Objects) Run(ctx context.Context, interval time.Duration) {
+	for _, r := range o.resources {
+		o.objects.WithLabelValues(r.Group, r.Resource).Set(math.NaN())
+	}
+	defer o.objects.Reset()
 	wait.NonSlidingUntilWithContext(ctx, o.round, interval)
 }
 

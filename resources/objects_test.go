@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -85,4 +87,37 @@ func clockOf(t *testing.T, hist *rvclock.History, resource string) *rvclock.Cloc
 		t.Fatalf("%s: not placed in an etcd", resource)
 	}
 	return c
+}
+
+// The counts exist only while Objects runs: a standby's would be stale and
+// doubled in a sum over the pods.
+func TestObjectsOnlyWhileRunning(t *testing.T) {
+	client := metadatafake.NewSimpleMetadataClient(runtime.NewScheme())
+	client.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}, nil
+	})
+	reg := prometheus.NewRegistry()
+	rs := []Resource{{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "events"}}
+	o := NewObjects(client, rs, rvclock.NewHistory(10), func(context.Context) (uint64, error) { return 7, nil }, reg, logr.Discard())
+	count := func() int {
+		n, err := testutil.GatherAndCount(reg, "watchcache_resource_objects")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d series before Run, want none", n)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { o.Run(ctx, time.Hour); close(done) }()
+	for count() < 2 { // Run's first round at once
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := count(); n != 0 {
+		t.Errorf("%d series after Run ended, want none", n)
+	}
 }
