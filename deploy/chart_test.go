@@ -58,6 +58,12 @@ func parseValues(t *testing.T, values string) map[string]any {
 // -n watchcache-exporter -f values` through Helm's SDK.
 func renderChart(t *testing.T, values string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
+	return renderRelease(t, "watchcache-exporter", ns, values)
+}
+
+// renderRelease renders the chart as release name in namespace.
+func renderRelease(t *testing.T, name, namespace, values string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)
@@ -65,8 +71,8 @@ func renderChart(t *testing.T, values string) ([]*unstructured.Unstructured, err
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true
-	install.ReleaseName = "watchcache-exporter"
-	install.Namespace = ns
+	install.ReleaseName = name
+	install.Namespace = namespace
 	install.KubeVersion = kubeVersion(t)
 	rel, err := install.Run(chrt, parseValues(t, values))
 	if err != nil {

@@ -113,10 +113,12 @@ func Rules() RuleFile {
 					`sum by (job, apiserver) (increase(watchcache_watch_events_total{watcher="bookmarks",type="BOOKMARK"}[5m])) == 0 and on (job, apiserver) min by (job, apiserver) (watchcache_watch_open{watcher="bookmarks"}) == 1`, 10*time.Minute, "warning",
 					"No BOOKMARK from {{ $labels.apiserver }} for 15 minutes on an open watch.",
 					"Bookmarks keep idle informers' resourceVersions fresh; without them, informers relist after every reconnect that outlasts the window."),
+				// A rebuilt cache (an apiserver restart) refuses the BOOKMARK's
+				// RV too: that is WatchCacheReplicaRebuilt's, not this one's.
 				alert("WatchCacheBookmarkReconnectRefused",
-					`sum by (job, apiserver) (increase(watchcache_reconnects_total{from="bookmark",result="expired"}[10m])) > 0`, 0, "critical",
-					"{{ $labels.apiserver }} refused a reconnect from the latest BOOKMARK's resourceVersion.",
-					"Even informers that follow BOOKMARKs will relist after a reconnect: the window is shorter than the bookmark period (write rate above ~1700/s?)."),
+					`sum by (job, apiserver) (increase(watchcache_reconnects_total{from="bookmark",result="expired"}[10m])) > 0 unless on (job, apiserver) sum by (job, apiserver) (increase(watchcache_cache_resets_total[15m])) > 0`, 5*time.Minute, "warning",
+					"{{ $labels.apiserver }} refused a reconnect from the latest BOOKMARK's resourceVersion, with no rebuild of its cache.",
+					"Even informers that follow BOOKMARKs will relist after a reconnect: the window is shorter than the bookmark period (with the default history window, a write rate above about 1365/s: 102400 events / 75 s)."),
 				alert("WatchCacheExporterLoadThrottled",
 					`sum by (job) (rate(watchcache_load_writes_total{result="throttled"}[5m])) > 0`, 10*time.Minute, "info",
 					"The apiserver throttles the exporter's load (429, API Priority and Fairness).",
@@ -125,10 +127,16 @@ func Rules() RuleFile {
 					`sum by (job) (rate(watchcache_load_writes_total{result="error"}[5m])) / sum by (job) (rate(watchcache_load_writes_total[5m])) > 0.05`, 10*time.Minute, "warning",
 					"More than 5% of the exporter's load writes fail.",
 					"See watchcache_api_errors_total and the exporter's log for the reason (Forbidden, NotFound, ...)."),
+				// job is the Service's app.kubernetes.io/name (the
+				// ServiceMonitor's jobLabel), whatever the release is called.
 				alert("WatchCacheExporterDown",
 					`up{job="watchcache-exporter"} == 0`, 5*time.Minute, "warning",
 					"Prometheus cannot scrape watchcache-exporter.",
 					"The watch cache history is not measured."),
+				alert("WatchCacheExporterAbsent",
+					`absent(up{job="watchcache-exporter"})`, 15*time.Minute, "warning",
+					"Prometheus has no watchcache-exporter to scrape.",
+					"No target of the exporter's job: the Deployment is gone or scaled to 0, or service discovery does not find its Service (ServiceMonitor selector, namespace, or a job name other than the Service's app.kubernetes.io/name label)."),
 				alert("WatchCacheMeasurementStale",
 					`time() - max by (job, apiserver) (watchcache_last_probe_success_timestamp_seconds) > 180`, 5*time.Minute, "warning",
 					"No probe of {{ $labels.apiserver }} has succeeded for over 3 minutes.",
