@@ -41,11 +41,21 @@ var components = []string{"prometheus-operator", "discovery", "apf", "grafana-da
 // a copy of deploy/.
 func render(t *testing.T, comps ...string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderIn(t, "", comps...)
+}
+
+// renderIn is render through an overlay that moves everything to namespace
+// (none: deploy/'s own).
+func renderIn(t *testing.T, namespace string, comps ...string) []*unstructured.Unstructured {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
 		t.Fatal(err)
 	}
 	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\n"
+	if namespace != "" {
+		overlay += "namespace: " + namespace + "\n"
+	}
 	if len(comps) > 0 {
 		overlay += "components:\n"
 		for _, c := range comps {
@@ -58,9 +68,44 @@ func render(t *testing.T, comps ...string) []*unstructured.Unstructured {
 	if err := os.WriteFile(filepath.Join(dir, "overlay", "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "overlay"))
+	return kustomize(t, filepath.Join(dir, "overlay"))
+}
+
+// renderExample builds deploy/examples/name with comps as its components.
+func renderExample(t *testing.T, name string, comps ...string) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "examples", name, "kustomization.yaml")
+	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("kustomize %v: %v", comps, err)
+		t.Fatal(err)
+	}
+	k := map[string]any{}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	var cs []string
+	for _, c := range comps {
+		cs = append(cs, "../../components/"+c)
+	}
+	k["components"] = cs
+	if b, err = yaml.Marshal(k); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return kustomize(t, filepath.Dir(path))
+}
+
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range rm.Resources() {
