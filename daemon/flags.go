@@ -269,3 +269,10 @@ func (c config) loadConfig() load.Config {
 		MaxRate:   c.loadMaxRate,
 	}
 }
+
+// CheckFlags parses and checks args as Run does, without connecting: what
+// the chart and manifests pass must start.
+func CheckFlags(args []string) error {
+	_, err := parseFlags(args, io.Discard)
+	return err
+}

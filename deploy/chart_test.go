@@ -3,6 +3,8 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,10 +15,14 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/watchcache/watchcache-exporter/daemon"
 )
 
 const chartDir = "../charts/watchcache-exporter"
@@ -244,6 +250,9 @@ func TestChartValuesSchema(t *testing.T) {
 		{"resourceWindows: {resources: [Pods!]}", "resources"},
 		{"extraArgs: [load.rate=5]", "extraArgs"},
 		{"service: {port: 70000}", "port"},
+		{"serviceAccount: {create: false}", "name"},
+		{"serviceAccount: {create: false, name: \"\"}", "name"},
+		{"exporter: {loadSchedule: 7}", "loadSchedule"},
 	} {
 		_, err := renderChart(t, tc.values)
 		if err == nil {
@@ -253,6 +262,54 @@ func TestChartValuesSchema(t *testing.T) {
 		if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %q: error %q does not name %s", tc.values, err, tc.want)
 		}
+	}
+}
+
+// TestChartArgsStart: the exporter accepts the flags every rendering passes
+// (its own parser and checks, as at start), so no setting crash-loops it.
+func TestChartArgsStart(t *testing.T) {
+	for _, values := range []string{
+		"", allOn, "resourceWindows: {enabled: true, all: true}",
+		"exporter: {loadRate: 0}",
+		"exporter: {loadSchedule: \"40:5m,100:5m,40:5m\"}",
+		"exporter: {loadSchedule: \"sweep:10:400:6:3m\"}\nextraArgs: [--load.max-rate=400]",
+	} {
+		dep := find[appsv1.Deployment](t, mustRenderChart(t, values), "Deployment")
+		args := dep.Spec.Template.Spec.Containers[0].Args
+		if err := daemon.CheckFlags(args); err != nil {
+			t.Errorf("values %q: the exporter refuses %q: %v", values, args, err)
+		}
+	}
+	for _, comps := range [][]string{nil, components} {
+		dep := find[appsv1.Deployment](t, render(t, comps...), "Deployment")
+		if err := daemon.CheckFlags(dep.Spec.Template.Spec.Containers[0].Args); err != nil {
+			t.Errorf("kustomize %v: the exporter refuses its args: %v", comps, err)
+		}
+	}
+}
+
+// TestChartTwoReleasesOneName: releases of one name in two namespaces share
+// no object name outside their namespaces (cluster-scoped, or in default).
+func TestChartTwoReleasesOneName(t *testing.T) {
+	seen := map[string]string{}
+	for _, namespace := range []string{"team-a", "team-b"} {
+		objs, err := renderRelease(t, "wce", namespace, allOn+"\nresourceWindows: {enabled: true}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetNamespace() == namespace {
+				continue
+			}
+			key := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s is rendered by the releases in %s and %s", key, other, namespace)
+			}
+			seen[key] = namespace
+		}
+	}
+	if len(seen) < 8 {
+		t.Errorf("only %d objects outside the namespaces: %v", len(seen), seen)
 	}
 }
 
@@ -273,5 +330,65 @@ func TestChartLint(t *testing.T) {
 		for _, err := range res.Errors {
 			t.Errorf("%s: lint: %v", tc.name, err)
 		}
+	}
+}
+
+// TestChartWebConfig: with TLS and basic auth on, the file --web.config.file
+// names is in a mounted Secret (the root filesystem is read-only), and the
+// kubelet's probes go to --web.probe-address's port, which answers them
+// without credentials; the ServiceMonitor takes the scheme.
+func TestChartWebConfig(t *testing.T) {
+	objs := mustRenderChart(t, "web: {configSecret: wce-web}\nserviceMonitor: {enabled: true, endpoint: {scheme: https}}")
+	dep := find[appsv1.Deployment](t, objs, "Deployment")
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	var file, probeAddr string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--web.config.file="); ok {
+			file = v
+		}
+		if v, ok := strings.CutPrefix(a, "--web.probe-address="); ok {
+			probeAddr = v
+		}
+	}
+	if file == "" || probeAddr == "" {
+		t.Fatalf("args %q: want --web.config.file and --web.probe-address", c.Args)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "wce-web" && strings.HasPrefix(file, m.MountPath+"/") {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("%s is in no volume of Secret wce-web: mounts %+v, volumes %+v", file, c.VolumeMounts, pod.Volumes)
+	}
+	_, port, _ := strings.Cut(probeAddr, ":")
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+			return cp.Name == p.HTTPGet.Port.String() && fmt.Sprint(cp.ContainerPort) == port
+		}) {
+			t.Errorf("%s probe on port %q, want the port of --web.probe-address=%s", name, p.HTTPGet.Port.String(), probeAddr)
+		}
+	}
+	// The exporter accepts these flags once the file is there.
+	web := filepath.Join(t.TempDir(), "web-config.yml")
+	if err := os.WriteFile(web, []byte("basic_auth_users: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := slices.Clone(c.Args)
+	for i, a := range args {
+		if strings.HasPrefix(a, "--web.config.file=") {
+			args[i] = "--web.config.file=" + web
+		}
+	}
+	if err := daemon.CheckFlags(args); err != nil {
+		t.Errorf("the exporter refuses %q: %v", args, err)
+	}
+	sm := find[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor")
+	if s := sm.Spec.Endpoints[0].Scheme; s == nil || string(*s) != "https" {
+		t.Errorf("ServiceMonitor endpoint scheme %v, want https", s)
 	}
 }

@@ -17,6 +17,19 @@
 {{- end }}
 {{- end }}
 
+{{/* The name of objects outside the release's namespace (cluster-scoped, or
+in default): the full name, with the namespace after it unless the namespace
+is the full name (deploy/'s names), so that releases of one name in two
+namespaces do not take each other's. */}}
+{{- define "watchcache-exporter.clusterName" -}}
+{{- $full := include "watchcache-exporter.fullname" . }}
+{{- if eq $full .Release.Namespace }}
+{{- $full }}
+{{- else }}
+{{- printf "%s-%s" $full .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{- define "watchcache-exporter.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "watchcache-exporter.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -34,7 +47,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "watchcache-exporter.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- required "serviceAccount.name: with serviceAccount.create=false, name the ServiceAccount to bind (not the namespace's default one)" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
