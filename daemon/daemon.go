@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -98,6 +100,26 @@ type parts struct {
 	// Either discovery finds the apiservers, or they are fixed.
 	discovery discoveryv1client.EndpointSlicesGetter
 	endpoints []apiservers.Endpoint
+	// stopBy is when the shutdown must be done (unix ns; 0 until it begins).
+	stopBy atomic.Int64
+}
+
+// The shutdown budget (--shutdown.timeout) from its start: the ConfigMaps'
+// deletion gets all but the last 30%, the Lease's deletion the next 20%,
+// the HTTP server's close the last 10%.
+const (
+	leaseStopShare = 0.2
+	httpStopShare  = 0.1
+)
+
+// stopDeadline is the shutdown's deadline less share of its budget, for a
+// step that later steps follow; before the shutdown, a budget from now.
+func (p *parts) stopDeadline(share float64) time.Time {
+	by := time.Unix(0, p.stopBy.Load())
+	if p.stopBy.Load() == 0 {
+		by = time.Now().Add(p.cfg.stopTimeout)
+	}
+	return by.Add(-time.Duration(share * float64(p.cfg.stopTimeout)))
 }
 
 // build connects, checks RBAC and builds every part; it runs nothing.
@@ -169,7 +191,8 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	if err := refuseNotOwned(startCtx, cfg, p.store, checkCore); err != nil {
 		return nil, err
 	}
-	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity()},
+	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
+		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }},
 		leases, reg, log.WithName("leader")); err != nil {
 		return nil, err
 	}
@@ -252,7 +275,9 @@ func (p *parts) run(ctx context.Context) error {
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
 	defer stopHTTP()
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.probes, p.slog) }()
+	go func() {
+		httpDone <- listenAndServe(httpCtx, p.cfg, p.mux, p.probes, p.slog, func() time.Time { return p.stopDeadline(0) })
+	}()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.rates.Run(runCtx) })
 	wg.Go(func() { p.page.Run(runCtx) })
@@ -266,6 +291,7 @@ func (p *parts) run(ctx context.Context) error {
 	case httpErr = <-httpDone:
 		httpEnded = true
 	}
+	p.stopBy.Store(time.Now().Add(p.cfg.stopTimeout).UnixNano())
 	stopRun()
 	wg.Wait()
 	stopHTTP()
@@ -309,10 +335,10 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	if !held() {
 		return
 	}
-	cleanupCtx, cancelCleanup := context.WithTimeout(context.Background(), 10*time.Second)
+	cleanupCtx, cancelCleanup := context.WithDeadline(context.Background(), p.stopDeadline(leaseStopShare+httpStopShare))
 	defer cancelCleanup()
-	if err := errors.Join(p.writer.Cleanup(cleanupCtx), p.store.Delete(cleanupCtx, p.core, p.cfg.quietName)); err != nil {
-		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner())
+	if left, err := p.store.Delete(cleanupCtx, p.core, append(slices.Clone(p.writer.Objects()), p.cfg.quietName)...); err != nil {
+		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner(), "left", left)
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
 	}

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -439,6 +444,54 @@ func TestFaults(t *testing.T) {
 		f.report()
 	})
 
+	t.Run("SIGTERM with the apiserver blackholed", func(t *testing.T) {
+		// The previous stop left its Lease: it would hold the next
+		// exporter back until it expires.
+		if err := admin.CoordinationV1().Leases(faultNS).Delete(ctx, "watchcache-quiet", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		px := startBlackhole(t, strings.TrimPrefix(sa.Host, "https://"))
+		via := rest.CopyConfig(sa)
+		via.Host = "https://" + px.addr
+		const budget = 15 * time.Second
+		e = exportertest.StartReady(t, via, append(slices.Clone(args), fmt.Sprintf("--shutdown.timeout=%s", budget))...)
+		e.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
+		})
+		px.blackhole() // requests get no answer, not a refusal
+		f := begin(t)
+		code := e.Stop(t)
+		f.detected()
+		f.recovered()
+		if code != 0 {
+			t.Errorf("exit status %d, want 0", code)
+		}
+		if f.detect > budget+3*time.Second {
+			t.Errorf("stopped after %s with the apiserver blackholed, want within its --shutdown.timeout=%s", f.detect, budget)
+		}
+		// It says what it left: every ConfigMap, and the Lease.
+		wantLog(t, e, "the lease is left")
+		left := ownedConfigMaps(t, cms)
+		if len(left) == 0 {
+			t.Error("no ConfigMap left, yet the apiserver did not answer at the stop")
+		}
+		for _, name := range left {
+			wantLog(t, e, "delete configmap "+faultNS+"/"+name)
+		}
+		if _, err := admin.CoordinationV1().Leases(faultNS).Get(ctx, "watchcache-quiet", metav1.GetOptions{}); err != nil {
+			t.Errorf("the Lease: %v, want it left (its deletion got no answer)", err)
+		}
+		for _, name := range left {
+			if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := admin.CoordinationV1().Leases(faultNS).Delete(ctx, "watchcache-quiet", metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+		f.report()
+	})
+
 	http.DefaultClient.CloseIdleConnections()
 	goleak.VerifyNone(t, leaks,
 		// Idle keep-alive connections of client-go's shared transports.
@@ -593,4 +646,80 @@ func ownedConfigMaps(t *testing.T, cms configMaps) []string {
 		names = append(names, cm.Name)
 	}
 	return names
+}
+
+// blackhole is a TCP proxy to an apiserver that, once blackholed, answers
+// nothing: what it reads it drops, and new connections are accepted and
+// never answered, as when packets are dropped rather than refused.
+type blackhole struct {
+	addr  string
+	ln    net.Listener
+	holed atomic.Bool
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startBlackhole(t *testing.T, upstream string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{addr: ln.Addr().String(), ln: ln}
+	b.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.track(c)
+			if b.holed.Load() {
+				b.wg.Go(func() { b.pipe(io.Discard, c) })
+				continue
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			b.track(up)
+			b.wg.Go(func() { b.pipe(up, c) })
+			b.wg.Go(func() { b.pipe(c, up) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		b.mu.Lock()
+		for _, c := range b.conns {
+			_ = c.Close()
+		}
+		b.mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) track(c net.Conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.conns = append(b.conns, c)
+}
+
+func (b *blackhole) blackhole() { b.holed.Store(true) }
+
+// pipe copies from to to until from ends; once blackholed, it drops.
+func (b *blackhole) pipe(to io.Writer, from net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 && !b.holed.Load() {
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -32,6 +32,7 @@ type config struct {
 	historyWindow time.Duration
 	apiservers    string
 	graceDur      time.Duration
+	stopTimeout   time.Duration
 	resources     resources.Spec
 	resourcesRaw  string
 	resourcesIvl  time.Duration
@@ -64,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
 	fs.StringVar(&c.loadSchedule, "load.schedule", "", "Write rates over time, repeated: steps rate:duration (40:5m,100:5m,40:5m) or a geometric sweep up and down (sweep:FROM:TO:STEPS:DURATION, e.g. sweep:10:400:6:3m). Replaces --load.rate.")
 	fs.Float64Var(&c.loadMaxRate, "load.max-rate", 500, "Hard cap on --load.rate, writes per second.")
+	fs.DurationVar(&c.stopTimeout, "shutdown.timeout", 25*time.Second, "Time from SIGTERM to exit, whatever the apiserver does: deleting the exporter's ConfigMaps, then its Lease, then closing the HTTP server. Keep it below the pod's terminationGracePeriodSeconds; what it leaves, the log names.")
 	fs.IntVar(&c.loadObjects, "load.objects", 8, "Number of noise ConfigMaps the load is spread over (one hot object collapses under concurrent patches).")
 	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
 	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
@@ -138,6 +140,9 @@ func (c config) validate() error {
 	}
 	if c.graceDur < 0 || c.graceDur > time.Hour {
 		errs = append(errs, fmt.Errorf("--apiservers.grace-period=%s: must be between 0s and 1h", c.graceDur))
+	}
+	if c.stopTimeout < 5*time.Second || c.stopTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--shutdown.timeout=%s: must be between 5s and 10m", c.stopTimeout))
 	}
 	if c.resourcesIvl < time.Second || c.resourcesIvl > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--resources.interval=%s: must be between 1s and 10m", c.resourcesIvl))

@@ -64,8 +64,8 @@ func newServer(h http.Handler, logger *slog.Logger) *http.Server {
 // listenAndServe serves mux with exporter-toolkit (TLS and basic auth from
 // --web.config.file), and probes alone on --web.probe-address in plain HTTP
 // without auth (kubelet probes carry no credentials), until ctx ends; then
-// it shuts both down within 10 s.
-func listenAndServe(ctx context.Context, cfg config, mux, probes http.Handler, logger *slog.Logger) error {
+// it shuts both down by stopBy (the end of the shutdown budget).
+func listenAndServe(ctx context.Context, cfg config, mux, probes http.Handler, logger *slog.Logger, stopBy func() time.Time) error {
 	srv := newServer(mux, logger)
 	systemd := false
 	flags := &web.FlagConfig{
@@ -105,7 +105,7 @@ func listenAndServe(ctx context.Context, cfg config, mux, probes http.Handler, l
 	case first = <-errc:
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithDeadline(context.Background(), stopBy())
 	defer cancel()
 	var errs []error
 	for _, s := range servers {

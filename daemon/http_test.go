@@ -79,7 +79,7 @@ func serve(t *testing.T, cfg config, reg *prometheus.Registry, ready func() erro
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	go func() {
-		done <- listenAndServe(ctx, cfg, newMux(cfg, reg, ready, http.NotFoundHandler()), newProbeMux(ready), logger)
+		done <- listenAndServe(ctx, cfg, newMux(cfg, reg, ready, http.NotFoundHandler()), newProbeMux(ready), logger, func() time.Time { return time.Now().Add(10 * time.Second) })
 	}()
 	t.Cleanup(func() {
 		cancel()

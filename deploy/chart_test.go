@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -271,6 +272,8 @@ func TestChartArgsStart(t *testing.T) {
 	for _, values := range []string{
 		"", allOn, "resourceWindows: {enabled: true, all: true}",
 		"exporter: {loadRate: 0}",
+		"terminationGracePeriodSeconds: 10",
+		"terminationGracePeriodSeconds: 120",
 		"exporter: {loadSchedule: \"40:5m,100:5m,40:5m\"}",
 		"exporter: {loadSchedule: \"sweep:10:400:6:3m\"}\nextraArgs: [--load.max-rate=400]",
 	} {
@@ -279,12 +282,34 @@ func TestChartArgsStart(t *testing.T) {
 		if err := daemon.CheckFlags(args); err != nil {
 			t.Errorf("values %q: the exporter refuses %q: %v", values, args, err)
 		}
+		stopsInGrace(t, dep)
 	}
 	for _, comps := range [][]string{nil, components} {
 		dep := find[appsv1.Deployment](t, render(t, comps...), "Deployment")
 		if err := daemon.CheckFlags(dep.Spec.Template.Spec.Containers[0].Args); err != nil {
 			t.Errorf("kustomize %v: the exporter refuses its args: %v", comps, err)
 		}
+		stopsInGrace(t, dep)
+	}
+}
+
+// stopsInGrace: the exporter's --shutdown.timeout (25s by default) ends at
+// least 5 s before the kubelet's SIGKILL.
+func stopsInGrace(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	stop := 25 * time.Second
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--shutdown.timeout="); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop = d
+		}
+	}
+	grace := time.Duration(*dep.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	if stop > grace-5*time.Second {
+		t.Errorf("--shutdown.timeout=%s against terminationGracePeriodSeconds %s: want it 5 s shorter at least", stop, grace)
 	}
 }
 

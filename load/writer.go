@@ -282,12 +282,13 @@ func (w *Writer) failed(ctx context.Context, name string, err error) time.Durati
 	return pause
 }
 
-// Cleanup deletes the noise objects that are the exporter's.
-func (w *Writer) Cleanup(ctx context.Context) error {
+// Objects are the names of the noise objects the writer makes (none in
+// passive mode): what a shutdown deletes.
+func (w *Writer) Objects() []string {
 	if w.cfg.Schedule.Max() == 0 {
 		return nil
 	}
-	return w.store.Delete(ctx, w.client, w.names...)
+	return w.names
 }
 
 // gate holds the workers while the schedule asks for no writes: a limiter at

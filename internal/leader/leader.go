@@ -48,6 +48,9 @@ type Config struct {
 	Identity        string // this process; see Identity
 	// Timing; zero values take the defaults above (tests shorten them).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// StopDeadline is when a shutdown's deletion of the Lease must be done
+	// by; nil: RenewDeadline after it begins.
+	StopDeadline func() time.Time
 }
 
 // Identity is this process's name in the Lease: the pod's name (or the
@@ -106,9 +109,9 @@ func (e *Elector) Identity() string { return e.cfg.Identity }
 // Run campaigns until ctx ends. Each time this process wins the Lease, lead
 // runs with a context that ends the moment the Lease is lost or ctx ends;
 // held says which (true: still held, so this is a shutdown). Run waits for
-// lead to return, then, on shutdown, releases the Lease and deletes it if
-// nobody took it meanwhile: lead's last work (deleting the exporter's
-// objects) happens while it still holds the Lease.
+// lead to return, then, on shutdown, deletes the Lease if it still holds it:
+// lead's last work (deleting the exporter's objects) happens while it still
+// holds the Lease.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, held func() bool)) {
 	for ctx.Err() == nil {
 		e.campaign(ctx, lead)
@@ -160,7 +163,7 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 		e.lead.Store(false)
 		if ctx.Err() != nil {
 			released = true
-			cancelElect() // renew stops, and releases
+			cancelElect() // renew stops; deleteHeld releases
 		} else {
 			e.log.Info("lost the lease: stopped writing and measuring; the objects stay for the next holder", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
 		}
@@ -179,7 +182,7 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 		<-done
 	}
 	if released {
-		e.deleteReleased()
+		e.deleteHeld()
 	}
 }
 
@@ -196,7 +199,10 @@ func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.Lead
 		LeaseDuration:   e.cfg.LeaseDuration,
 		RenewDeadline:   e.cfg.RenewDeadline,
 		RetryPeriod:     e.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
+		// Not client-go's release: it may wait RenewDeadline for an
+		// apiserver that does not answer. deleteHeld keeps to the
+		// shutdown's budget.
+		ReleaseOnCancel: false,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: onStarted,
 			OnStoppedLeading: func() {},
@@ -210,21 +216,26 @@ func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.Lead
 	})
 }
 
-// deleteReleased deletes the released Lease unless somebody took it since:
-// the delete is guarded by the resourceVersion of a read that shows no
-// holder.
-func (e *Elector) deleteReleased() {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewDeadline)
+// deleteHeld deletes the Lease on shutdown if this process still holds it,
+// guarded by the UID and resourceVersion of the read that says so, within
+// the shutdown's deadline. A Lease it cannot delete expires: a standby takes
+// it LeaseDuration after the last renewal.
+func (e *Elector) deleteHeld() {
+	deadline := time.Now().Add(e.cfg.RenewDeadline)
+	if e.cfg.StopDeadline != nil {
+		deadline = e.cfg.StopDeadline()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	leases := e.client.Leases(e.cfg.Namespace)
 	l, err := leases.Get(ctx, e.cfg.Name, metav1.GetOptions{})
-	if err == nil && l.Labels[owned.ManagedByLabel] == owned.ManagedBy && (l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "") {
+	if err == nil && l.Labels[owned.ManagedByLabel] == owned.ManagedBy && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == e.cfg.Identity {
 		err = leases.Delete(ctx, e.cfg.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
 	}
 	switch {
 	case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err): // deleted, or taken meanwhile
 		e.log.Info("released the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
 	default:
-		e.log.Error(err, fmt.Sprintf("releasing the lease; a standby takes it within %s", e.cfg.LeaseDuration), "lease", e.cfg.Namespace+"/"+e.cfg.Name)
+		e.log.Error(err, fmt.Sprintf("the lease is left; a standby takes it %s after the last renewal", e.cfg.LeaseDuration), "lease", e.cfg.Namespace+"/"+e.cfg.Name)
 	}
 }

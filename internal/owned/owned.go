@@ -340,15 +340,26 @@ func (s *Store) Touch(ctx context.Context, c corev1client.ConfigMapsGetter, name
 // Delete deletes those of names that are ours, each with a precondition on
 // the UID and resourceVersion it was read with, so that an object replaced
 // or taken over since the read is not deleted. Missing ones are no error;
-// ones not ours are left, and logged.
-func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) error {
-	var errs []error
-	for _, name := range names {
-		if err := s.delete(ctx, c, name); err != nil {
-			errs = append(errs, fmt.Errorf("delete configmap %s/%s: %w", s.ns, name, err))
+// ones not ours are left, and logged. left names those it could not delete.
+func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) (left []string, err error) {
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	// At once, not in turn: against an apiserver that does not answer, a
+	// shutdown's budget covers one request's wait, not one per object.
+	for i, name := range names {
+		wg.Go(func() {
+			if err := s.delete(ctx, c, name); err != nil {
+				errs[i] = fmt.Errorf("delete configmap %s/%s: %w", s.ns, name, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			left = append(left, names[i])
 		}
 	}
-	return errors.Join(errs...)
+	return left, errors.Join(errs...)
 }
 
 func (s *Store) delete(ctx context.Context, c corev1client.ConfigMapsGetter, name string) error {

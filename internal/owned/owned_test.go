@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,8 +127,8 @@ watchcache_objects_lost 1
 	if s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
 		t.Error("a lost object is usable")
 	}
-	if err := s.Delete(ctx, cs.CoreV1(), "n0"); err != nil {
-		t.Errorf("Delete of a taken object: %v, want it left without an error", err)
+	if left, err := s.Delete(ctx, cs.CoreV1(), "n0"); err != nil || len(left) > 0 {
+		t.Errorf("Delete of a taken object: %v, left %q; want it left without an error", err, left)
 	}
 	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err != nil {
 		t.Errorf("the taken object was deleted: %v", err)
@@ -150,7 +151,7 @@ watchcache_objects_lost 1
 	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "3"); err != nil {
 		t.Errorf("SetSeq after taking it back: %v", err)
 	}
-	if err := s.Delete(ctx, cs.CoreV1(), "n0", "never-made"); err != nil {
+	if _, err := s.Delete(ctx, cs.CoreV1(), "n0", "never-made"); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
 	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err == nil {
@@ -221,10 +222,24 @@ func TestDeleteHonoursUID(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if err := s.Delete(ctx, srv.CoreV1(), "n0"); err != nil {
+	if _, err := s.Delete(ctx, srv.CoreV1(), "n0"); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
 	if got := srv.Get("n0"); got == nil || got.UID != "their-uid" {
 		t.Errorf("their object was deleted: %v", got)
+	}
+}
+
+// Delete names what it could not delete: an apiserver that does not answer
+// within the deadline leaves every object, and each is named.
+func TestDeleteNamesWhatIsLeft(t *testing.T) {
+	srv := fakecache.New(100)
+	s := NewStore("ns", "q", prometheus.NewRegistry(), logr.Discard(), time.Now)
+	srv.Client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("no answer")
+	})
+	left, err := s.Delete(t.Context(), srv.CoreV1(), "n0", "n1", "q")
+	if err == nil || !slices.Equal(left, []string{"n0", "n1", "q"}) {
+		t.Errorf("Delete = %q, %v; want all three left, and an error", left, err)
 	}
 }
