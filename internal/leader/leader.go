@@ -194,11 +194,11 @@ func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.Lead
 		Labels:     map[string]string{owned.ManagedByLabel: owned.ManagedBy},
 	}
 	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            e.cfg.Namespace + "/" + e.cfg.Name,
-		LeaseDuration:   e.cfg.LeaseDuration,
-		RenewDeadline:   e.cfg.RenewDeadline,
-		RetryPeriod:     e.cfg.RetryPeriod,
+		Lock:          lock,
+		Name:          e.cfg.Namespace + "/" + e.cfg.Name,
+		LeaseDuration: e.cfg.LeaseDuration,
+		RenewDeadline: e.cfg.RenewDeadline,
+		RetryPeriod:   e.cfg.RetryPeriod,
 		// Not client-go's release: it may wait RenewDeadline for an
 		// apiserver that does not answer. deleteHeld keeps to the
 		// shutdown's budget.
