@@ -116,9 +116,9 @@ const (
 // stopDeadline is the shutdown's deadline less share of its budget, for a
 // step that later steps follow; before the shutdown, a budget from now.
 func (p *parts) stopDeadline(share float64) time.Time {
-	by := time.Unix(0, p.stopBy.Load())
-	if p.stopBy.Load() == 0 {
-		by = time.Now().Add(p.cfg.stopTimeout)
+	by := time.Now().Add(p.cfg.stopTimeout)
+	if ns := p.stopBy.Load(); ns != 0 {
+		by = time.Unix(0, ns)
 	}
 	return by.Add(-time.Duration(share * float64(p.cfg.stopTimeout)))
 }
