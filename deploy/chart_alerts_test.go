@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/test/promtest"
@@ -28,16 +29,17 @@ func TestChartAlertsUnderAnyReleaseName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			svc, sm, rule := findObj(t, objs, "Service"), findObj(t, objs, "ServiceMonitor"), findObj(t, objs, "PrometheusRule")
-			job := svc.GetName() // the operator's job without a jobLabel
-			if l, _, _ := unstructured.NestedString(sm.Object, "spec", "jobLabel"); l != "" {
-				job = svc.GetLabels()[l]
+			svc := find[corev1.Service](t, objs, "Service")
+			sm := find[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor")
+			rule := find[monitoringv1.PrometheusRule](t, objs, "PrometheusRule")
+			job := svc.Name // the operator's job without a jobLabel
+			if l := sm.Spec.JobLabel; l != "" {
+				job = svc.Labels[l]
 			}
-			if job != tc.job || job == svc.GetName() {
-				t.Fatalf("Prometheus's job for Service %s is %q, want %q (not the Service's name, which has the release in it)", svc.GetName(), job, tc.job)
+			if job != tc.job || job == svc.Name {
+				t.Fatalf("Prometheus's job for Service %s is %q, want %q (not the Service's name, which has the release in it)", svc.Name, job, tc.job)
 			}
-			spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
-			rules, err := yaml.Marshal(spec)
+			rules, err := yaml.Marshal(rule.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,17 +59,6 @@ func TestChartAlertsUnderAnyReleaseName(t *testing.T) {
 			}
 		})
 	}
-}
-
-func findObj(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind {
-			return o
-		}
-	}
-	t.Fatalf("no %s rendered", kind)
-	return nil
 }
 
 // jobAlertsTest: a target of the job (%[1]s) that stops answering fires
