@@ -80,6 +80,7 @@ type Collector struct {
 	// Owned by Run's goroutine.
 	windowKnown bool
 	lastSuccess time.Time // of the window probe
+	holdUntil   time.Time // no probe before: a 429 asked for a pause
 	stale       bool      // the window gauges are NaN for failed probes
 	last        struct {  // at the last probe that read O
 		known          bool
@@ -222,6 +223,9 @@ func (c *Collector) Run(ctx context.Context) {
 // RV at the same moment, and record what they say. The window probe runs
 // whether or not a cycle could start.
 func (c *Collector) probe(ctx context.Context) {
+	if time.Now().Before(c.holdUntil) {
+		return // the apiserver asked for a pause (429 with Retry-After)
+	}
 	if !c.cycle.active {
 		c.startCycle(ctx)
 	}
@@ -252,6 +256,12 @@ func (c *Collector) probe(ctx context.Context) {
 		c.record(FromBookmark, bookmark)
 	}
 	c.record("", window)
+	for _, r := range []ProbeResult{stale, bookmark, window} {
+		if d := retryAfter(r.Err); d > 0 && r.Answered.Add(d).After(c.holdUntil) {
+			c.holdUntil = r.Answered.Add(d)
+			c.log.V(1).Info("probes paused as the apiserver asked", "for", d, "reason", promopts.Reason(r.Err))
+		}
+	}
 	c.pred.Advance(time.Now(), c.rate())
 	reset := c.recordWindow(window, stale, snap)
 	if c.cycle.active && stale.Outcome == Expired {
@@ -462,4 +472,13 @@ func rvDistance(a, b uint64) float64 {
 		return float64(a - b)
 	}
 	return -float64(b - a)
+}
+
+// retryAfter is the pause an answer asks for (429 or 5xx with Retry-After;
+// finalanswer keeps it in the Status), 0 if none.
+func retryAfter(err error) time.Duration {
+	if secs, ok := apierrors.SuggestsClientDelay(err); ok && secs > 0 {
+		return time.Duration(secs) * time.Second
+	}
+	return 0
 }

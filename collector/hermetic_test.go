@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
@@ -419,6 +420,38 @@ func TestQuietTakenIsNotTouched(t *testing.T) {
 		r.stop()
 		if after <= touches || lost != 0 {
 			t.Errorf("with the marks back: touches %v -> %v, lost %v; want touches resumed and 0 lost", touches, after, lost)
+		}
+	})
+}
+
+// A probe answered 429 with Retry-After 5 s (API Priority and Fairness, or a
+// cache that is initialising) is counted as TooManyRequests, and the probes
+// pause for the 5 s asked instead of asking again every interval.
+func TestProbesPauseAsAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		r := start(t, srv, collector.Config{}, 100*time.Millisecond)
+		time.Sleep(3500 * time.Millisecond)
+		windowProbes := 0
+		srv.Lock()
+		srv.ProbeErr = func(rv string) error {
+			if rv == "1" { // the window probe's far-too-old RV
+				windowProbes++
+			}
+			return apierrors.NewTooManyRequests("Too many requests, please try again later.", 5)
+		}
+		srv.Unlock()
+		time.Sleep(12 * time.Second)
+		srv.Lock()
+		n := windowProbes
+		srv.Unlock()
+		throttled := r.value(t, "watchcache_api_errors_total", "operation", "probe", "reason", "TooManyRequests")
+		r.stop()
+		if n < 2 || n > 3 {
+			t.Errorf("%d window probes in 12 s of 429s asking for 5 s, want 3 (at 0, 5 and 10 s), not one a second", n)
+		}
+		if throttled < float64(n) {
+			t.Errorf("%v probe errors counted as TooManyRequests, want at least %d", throttled, n)
 		}
 	})
 }

@@ -77,6 +77,8 @@ type watcher struct {
 	// relist lists (and if need be creates) quiet and returns the RV to
 	// watch from.
 	relist func(ctx context.Context) (uint64, error)
+	// retryAfter is the pause the last failed request asked for; owned by run.
+	retryAfter time.Duration
 
 	mu         sync.Mutex
 	open       bool
@@ -108,7 +110,8 @@ func (w *watcher) setOpen(open bool) {
 func (w *watcher) run(ctx context.Context, rv uint64) {
 	delay := watchBackoff.DelayWithReset(clock.RealClock{}, backoffReset)
 	backoff := func(what string) {
-		d := delay()
+		d := max(delay(), w.retryAfter)
+		w.retryAfter = 0
 		w.errLog.Info("backoff-"+what, "watcher backing off", "watcher", w.name, "after", what, "retryIn", d.Round(time.Millisecond))
 		_ = pause.For(ctx, d)
 	}
@@ -117,6 +120,7 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 			var err error
 			if rv, err = w.relist(ctx); err != nil {
 				if ctx.Err() == nil {
+					w.retryAfter = retryAfter(err)
 					w.m.apiErrors.WithLabelValues("relist", promopts.Reason(err)).Inc()
 					w.errLog.Error("relist-"+promopts.Reason(err), err, "relist failed", "watcher", w.name)
 					backoff("relist")
@@ -166,6 +170,7 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		case isGone(err):
 			return rv, endExpired
 		}
+		w.retryAfter = retryAfter(err)
 		w.m.apiErrors.WithLabelValues("watch", promopts.Reason(err)).Inc()
 		w.errLog.Error("open-"+promopts.Reason(err), err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
 		return rv, endError

@@ -37,6 +37,7 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/internal/finalanswer"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/preflight"
@@ -215,6 +216,9 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			// Endpoints are IPs; the serving certificate names the Service.
 			epCfg.ServerName = "kubernetes.default.svc"
 		}
+		// Each probe and watch sees its own answer: a 429 is counted as
+		// one, and the pause it asks for is taken by our loops.
+		epCfg.Wrap(finalanswer.Wrap)
 		epCore, err := corev1client.NewForConfig(epCfg)
 		if err != nil {
 			return nil, err
@@ -223,6 +227,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		if len(p.resources) > 0 {
 			epRes := rest.CopyConfig(resCfg)
 			epRes.Host, epRes.ServerName = epCfg.Host, epCfg.ServerName
+			epRes.Wrap(finalanswer.Wrap)
 			if res.Client, err = dynamic.NewForConfig(epRes); err != nil {
 				return nil, err
 			}

@@ -34,13 +34,22 @@ type Client interface {
 // cost does not grow with the number of objects; only where an authorizer
 // cannot list its rules (the review is incomplete) does it ask about the
 // unmatched requests one by one (SelfSubjectAccessReview). Cluster-wide
-// requests are asked one by one too: a rules review needs a namespace, and
-// its rules mix that namespace's RoleBindings in.
+// requests are asked one by one too (a rules review needs a namespace, and
+// its rules mix that namespace's RoleBindings in), unless one review of the
+// verb on every resource allows them all: --resources=all with its
+// ClusterRole then costs two reviews, not two per resource.
 func Check(ctx context.Context, client Client, needed []Access) error {
 	rules := map[string]*authorizationv1.SubjectRulesReviewStatus{}
+	everything, err := allowedEverywhere(ctx, client, needed)
+	if err != nil {
+		return err
+	}
 	var denied []Access
 	for _, a := range needed {
 		if a.Namespace == "" {
+			if everything[a.Verb] {
+				continue
+			}
 			allowed, err := review(ctx, client, a)
 			if err != nil {
 				return err
@@ -76,6 +85,34 @@ func Check(ctx context.Context, client Client, needed []Access) error {
 		denied = append(denied, a)
 	}
 	return deniedError(denied)
+}
+
+// wildcardAfter is how many cluster-wide requests of one verb make it worth
+// asking about the verb on every resource first.
+const wildcardAfter = 4
+
+// allowedEverywhere says, for each verb of more than wildcardAfter of the
+// cluster-wide requests, whether RBAC allows it on every resource of every
+// group, cluster-wide.
+func allowedEverywhere(ctx context.Context, client Client, needed []Access) (map[string]bool, error) {
+	count := map[string]int{}
+	for _, a := range needed {
+		if a.Namespace == "" {
+			count[a.Verb]++
+		}
+	}
+	everything := map[string]bool{}
+	for verb, n := range count {
+		if n <= wildcardAfter {
+			continue
+		}
+		allowed, err := review(ctx, client, Access{Verb: verb, Group: "*", Resource: "*"})
+		if err != nil {
+			return nil, err
+		}
+		everything[verb] = allowed
+	}
+	return everything, nil
 }
 
 // allows says whether one of rules allows a.

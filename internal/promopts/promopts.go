@@ -4,6 +4,7 @@
 package promopts
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,8 +41,12 @@ func Counter(name, help string) prometheus.CounterOpts {
 }
 
 // Reason is the value of a "reason" label: err's Kubernetes status reason
-// (Forbidden, NotFound, ...), or Unknown.
+// (Forbidden, NotFound, TooManyRequests, ...), CacheInitializing for the 429
+// of a watch cache that is (re)initialising, or Unknown.
 func Reason(err error) string {
+	if apierrors.IsTooManyRequests(err) && strings.Contains(err.Error(), "storage is (re)initializing") {
+		return "CacheInitializing"
+	}
 	if r := apierrors.ReasonForError(err); r != metav1.StatusReasonUnknown {
 		return string(r)
 	}
