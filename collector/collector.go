@@ -150,9 +150,9 @@ func New(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, hi
 	// taking it is seen at once, not at the next touch.
 	c.plain.onChange = store.Observe
 	c.bookmarks = newWatcher(WatcherBookmarks, true)
-	if len(cfg.Resources.Resources) > 0 {
-		if cfg.Resources.Interval <= 0 || cfg.Resources.Client == nil {
-			return nil, errors.New("Resources needs an Interval and a Client")
+	if cfg.Resources.Resources != nil {
+		if cfg.Resources.Pace.Interval <= 0 || cfg.Resources.Client == nil {
+			return nil, errors.New("Resources needs a Pace.Interval and a Client")
 		}
 		c.resources = newResourceWindows(cfg.Resources, c.m.windows, hist, rec, log.WithName("resources"))
 	}

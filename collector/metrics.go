@@ -101,6 +101,16 @@ func (w *windowVecs) setUnknown(group, resource string) {
 	w.mu.Unlock()
 }
 
+// delete removes a resource's window series.
+func (w *windowVecs) delete(group, resource string) {
+	for _, gv := range []*prometheus.GaugeVec{w.seconds, w.rvs, w.oldest, w.lower} {
+		gv.DeleteLabelValues(group, resource)
+	}
+	w.mu.Lock()
+	delete(w.known, [2]string{group, resource})
+	w.mu.Unlock()
+}
+
 // windows are the known windows, in no order.
 func (w *windowVecs) windows() []Window {
 	w.mu.Lock()

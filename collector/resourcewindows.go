@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
@@ -29,13 +28,13 @@ const NoSuchName = "watchcache-exporter/no-such-name"
 // ResourcesConfig says which resources' windows a Collector measures
 // besides the ConfigMaps', and how.
 type ResourcesConfig struct {
-	// Resources to measure; configmaps are left out (the quiet ConfigMap's
-	// probes measure them).
-	Resources []resources.Resource
+	// Resources to measure, as they are now; configmaps are left out (the
+	// quiet ConfigMap's probes measure them).
+	Resources *resources.Set
 	// Client reaches the same apiserver as the Collector's.
 	Client dynamic.Interface
-	// Interval between two probes of each resource.
-	Interval time.Duration
+	// Pace: how often each resource is probed.
+	Pace resources.Pace
 	// Settle: how long a probe waits for a 410 before it calls RV 1 served.
 	Settle time.Duration
 	// Parallel probes at most; default 4.
@@ -52,22 +51,28 @@ type ResourcesConfig struct {
 // O: the oldest revision etcd has kept is then found by bisection, once per
 // compaction.
 type resourceWindows struct {
-	cfg       ResourcesConfig
-	resources []resources.Resource
-	probers   []*Prober
-	hist      *rvclock.History
-	log       logr.Logger
-	errLog    *ratelog.Logger
-	m         resourceMetrics
+	cfg    ResourcesConfig
+	hist   *rvclock.History
+	log    logr.Logger
+	errLog *ratelog.Logger
+	m      resourceMetrics
 
 	// Owned by Run's goroutine.
-	failedSince []time.Time               // per resource: zero while its probes answer
-	etcdOldest  map[*rvclock.Clock]uint64 // per etcd (its RV clock): the smallest RV it served; 0 or absent: not known
+	measured   []resources.Resource              // the last round's
+	probed     map[resources.Name]*resourceProbe // theirs
+	interval   time.Duration                     // the last round's, as it took
+	etcdOldest map[*rvclock.Clock]uint64         // per etcd (its RV clock): the smallest RV it served; 0 or absent: not known
+}
+
+type resourceProbe struct {
+	prober      *Prober
+	failedSince time.Time // zero while its probes answer
 }
 
 type resourceMetrics struct {
 	windows      *windowVecs // the Collector's
 	cacheOn      *prometheus.GaugeVec
+	interval     *prometheus.GaugeVec
 	errors       *prometheus.CounterVec
 	searchProbes prometheus.Counter
 }
@@ -75,7 +80,6 @@ type resourceMetrics struct {
 // newResourceWindows measures cfg.Resources; windows are the Collector's
 // window series, the others go to reg.
 func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *resourceWindows {
-	rs := slices.DeleteFunc(slices.Clone(cfg.Resources), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
 	if cfg.Settle <= 0 {
 		cfg.Settle = 250 * time.Millisecond
 	}
@@ -87,46 +91,73 @@ func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.
 	}
 	f := promauto.With(reg)
 	labels := []string{"group", "resource"}
-	w := &resourceWindows{
-		cfg: cfg, resources: rs, hist: hist, log: log,
-		errLog:      ratelog.New(log, 30*time.Second, time.Now),
-		failedSince: make([]time.Time, len(rs)),
-		etcdOldest:  map[*rvclock.Clock]uint64{},
+	return &resourceWindows{
+		cfg: cfg, hist: hist, log: log,
+		errLog:     ratelog.New(log, 30*time.Second, time.Now),
+		probed:     map[resources.Name]*resourceProbe{},
+		etcdOldest: map[*rvclock.Clock]uint64{},
 		m: resourceMetrics{
 			windows: windows,
 			cacheOn: f.NewGaugeVec(promopts.Gauge("resource_watch_cache_enabled",
 				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."), labels),
+			interval: f.NewGaugeVec(promopts.Gauge("resource_probe_interval_seconds",
+				"Time between two window probes of the resource: --resources.interval, stretched so that the probes and object counts of every resource stay within --resources.budget requests a second per apiserver, or longer when a round of probes took longer."), labels),
 			errors: f.NewCounterVec(promopts.Counter("resource_probe_errors_total",
 				"Failed window probes of a resource, by Kubernetes status reason (Forbidden: RBAC; TooManyRequests: flow control)."), append(labels, "reason")),
 			searchProbes: f.NewCounter(promopts.Counter("resource_compaction_probes_total",
 				"Watches sent to find etcd's oldest revision for resources whose watch cache is off: about log2(revisions) after each compaction, one per interval otherwise.")),
 		},
 	}
+}
+
+// Run probes at the configured pace until ctx ends.
+func (w *resourceWindows) Run(ctx context.Context) {
+	w.cfg.Pace.Run(ctx, w.cfg.Resources, w.round, func(rs []resources.Resource, ivl time.Duration) {
+		w.interval = ivl
+		for _, r := range w.measured {
+			w.m.interval.WithLabelValues(r.Group, r.Resource).Set(ivl.Seconds())
+		}
+	})
+}
+
+// follow starts measuring the resources new in rs and deletes the series of
+// those gone from it.
+func (w *resourceWindows) follow(rs []resources.Resource) {
+	rs = slices.DeleteFunc(slices.Clone(rs), func(r resources.Resource) bool { return r.Group == "" && r.Resource == "configmaps" })
+	added, removed := resources.Diff(w.measured, rs)
+	w.measured = rs
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", NoSuchName).String()}
-	for _, r := range rs {
-		w.probers = append(w.probers, NewWatchProber(cfg.Client.Resource(r.GVR()).Watch, opts, cfg.Settle))
+	for _, r := range added {
+		w.probed[r.Key()] = &resourceProbe{prober: NewWatchProber(w.cfg.Client.Resource(r.GVR()).Watch, opts, w.cfg.Settle)}
 		w.m.windows.setUnknown(r.Group, r.Resource)
 		w.m.cacheOn.WithLabelValues(r.Group, r.Resource).Set(nan)
 		w.m.errors.WithLabelValues(r.Group, r.Resource, "Forbidden")
 	}
-	return w
-}
-
-// Run probes every interval until ctx ends.
-func (w *resourceWindows) Run(ctx context.Context) {
-	wait.NonSlidingUntilWithContext(ctx, w.round, w.cfg.Interval)
+	for _, r := range removed {
+		delete(w.probed, r.Key())
+		w.m.windows.delete(r.Group, r.Resource)
+		for _, v := range []*prometheus.GaugeVec{w.m.cacheOn, w.m.interval} {
+			v.DeleteLabelValues(r.Group, r.Resource)
+		}
+		w.m.errors.DeletePartialMatch(prometheus.Labels{"group": r.Group, "resource": r.Resource})
+	}
+	if w.interval == 0 {
+		w.interval = w.cfg.Pace.For(len(rs))
+	}
 }
 
 // round probes every resource once, Parallel at a time.
-func (w *resourceWindows) round(ctx context.Context) {
-	results := make([]ProbeResult, len(w.resources))
+func (w *resourceWindows) round(ctx context.Context, rs []resources.Resource) {
+	w.follow(rs)
+	results := make([]ProbeResult, len(w.measured))
 	sem := make(chan struct{}, w.cfg.Parallel)
 	var wg sync.WaitGroup
-	for i := range w.resources {
+	for i, r := range w.measured {
+		p := w.probed[r.Key()].prober
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = w.probers[i].Probe(ctx, farTooOldRV)
+			results[i] = p.Probe(ctx, farTooOldRV)
 		})
 	}
 	wg.Wait()
@@ -134,32 +165,32 @@ func (w *resourceWindows) round(ctx context.Context) {
 		return
 	}
 	checked := map[*rvclock.Clock]bool{} // one search per etcd and round
-	for i, r := range w.resources {
+	for i, r := range w.measured {
 		res := results[i]
 		clk, placed := w.hist.ClockOf(r.Name())
 		if placed && res.Outcome == Expired && res.Refusal.Source == SourceEtcd && !checked[clk] {
 			checked[clk] = true
-			w.searchEtcd(ctx, w.probers[i], clk)
+			w.searchEtcd(ctx, w.probed[r.Key()].prober, clk)
 		}
-		w.record(i, r, res)
+		w.record(w.probed[r.Key()], r, res)
 	}
 }
 
 // record sets one resource's gauges from its probe's answer.
-func (w *resourceWindows) record(i int, r resources.Resource, res ProbeResult) {
+func (w *resourceWindows) record(p *resourceProbe, r resources.Resource, res ProbeResult) {
 	g, rs := r.Group, r.Resource
 	if res.Outcome == Error {
 		w.m.errors.WithLabelValues(g, rs, promopts.Reason(res.Err)).Inc()
 		w.errLog.Error("resource-"+r.Name(), res.Err, "window probe of a resource failed", "resource", r.Name())
-		if w.failedSince[i].IsZero() {
-			w.failedSince[i] = res.At
+		if p.failedSince.IsZero() {
+			p.failedSince = res.At
 		}
-		if res.At.Sub(w.failedSince[i]) >= time.Duration(w.cfg.StaleAfter-1)*w.cfg.Interval {
+		if res.At.Sub(p.failedSince) >= time.Duration(w.cfg.StaleAfter-1)*w.interval {
 			w.setUnknown(r)
 		}
 		return
 	}
-	w.failedSince[i] = time.Time{}
+	p.failedSince = time.Time{}
 	// Timed by the RVs of the resource's own etcd, once its first object
 	// count has said which that is.
 	clk, placed := w.hist.ClockOf(r.Name())

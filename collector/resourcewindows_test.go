@@ -113,17 +113,19 @@ func TestRecordResourceWindow(t *testing.T) {
 	now := time.Now()
 	hist.Observe(1000, now.Add(-100*time.Second))
 	pods := resources.Resource{Version: "v1", Resource: "pods"}
-	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{pods}, Interval: time.Second, StaleAfter: 3,
+	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second}, StaleAfter: 3,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
 		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
+	w.follow([]resources.Resource{pods})
+	p := w.probed[pods.Key()]
 	get := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("", "pods")) }
 	seconds, rvs, oldest, lower, on := w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn
-	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
+	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
 	if s := get(seconds); !math.IsNaN(s) {
 		t.Errorf("before the first object count says which etcd holds pods: window %v, want NaN", s)
 	}
 	hist.Place("pods", 2000, now, true)
-	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
+	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
 	if s, en := get(seconds), get(on); math.Abs(s-50) > 0.01 || en != 1 {
 		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, en)
 	}
@@ -134,7 +136,7 @@ func TestRecordResourceWindow(t *testing.T) {
 	if ws := w.m.windows.windows(); len(ws) != 1 || ws[0].Resource != "pods" || ws[0].Oldest != 1499 || math.Abs(ws[0].Seconds-50) > 0.01 || ws[0].LowerBound {
 		t.Errorf("windows() = %+v, want pods' 1499, 50 s, exact", ws)
 	}
-	w.record(0, pods, ProbeResult{Outcome: OK, Answered: now})
+	w.record(p, pods, ProbeResult{Outcome: OK, Answered: now})
 	if ws := w.m.windows.windows(); len(ws) != 1 || ws[0].Oldest != 1 || !ws[0].LowerBound {
 		t.Errorf("windows() = %+v, want pods' 1, a lower bound", ws)
 	}
@@ -142,14 +144,14 @@ func TestRecordResourceWindow(t *testing.T) {
 		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
 	}
 	w.etcdOldest[hist.Clock] = 1999
-	w.record(0, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
+	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
 	if en, o := get(on), get(oldest); en != 0 || o != 1999 {
 		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", en, o)
 	}
 	fail := ProbeResult{Outcome: Error, Err: apierrors.NewForbidden(pods.GVR().GroupResource(), "", nil)}
 	for i := range 3 {
 		fail.At = now.Add(time.Duration(i) * time.Second)
-		w.record(0, pods, fail)
+		w.record(p, pods, fail)
 		if got := get(seconds); math.IsNaN(got) != (i == 2) {
 			t.Errorf("after %d failed intervals: window %v", i+1, got)
 		}
@@ -170,13 +172,65 @@ func TestRecordResourceWindowOtherEtcd(t *testing.T) {
 	hist.Place("events", 50000, now.Add(-10*time.Second), false)
 	hist.Place("events", 51000, now, true) // by chance between two main RVs: still the other etcd's
 	events := resources.Resource{Version: "v1", Resource: "events"}
-	w := newResourceWindows(ResourcesConfig{Resources: []resources.Resource{events}, Interval: time.Second,
+	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
 		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
-	w.record(0, events, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 50499}, Answered: now})
+	w.follow([]resources.Resource{events})
+	w.record(w.probed[events.Key()], events, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 50499}, Answered: now})
 	s := testutil.ToFloat64(w.m.windows.seconds.WithLabelValues("", "events"))
 	n := testutil.ToFloat64(w.m.windows.rvs.WithLabelValues("", "events"))
 	if math.Abs(s-5) > 0.01 || n != 501 {
 		t.Errorf("events' window %v s, %v RVs; want 5 s (RV 50500 written 5 s ago by their own clock), 501", s, n)
+	}
+}
+
+// A resource that discovery no longer lists loses every series, and leaves
+// the fleet's windows; a new one gets them, NaN until measured. The
+// ConfigMaps' series, the quiet ConfigMap's, are never touched.
+func TestResourceWindowsFollowTheSet(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	hist := rvclock.NewHistory(10)
+	now := time.Now()
+	hist.Observe(1000, now.Add(-100*time.Second))
+	hist.Place("widgets.example.com", 2000, now, true)
+	windows := newWindowVecs(promauto.With(reg))
+	windows.set(Window{Resource: "configmaps", Oldest: 900, Seconds: 80}, 100)
+	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: 10 * time.Second, Budget: 10},
+		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, windows, hist, reg, logr.Discard())
+	widgets := resources.Resource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	gadgets := resources.Resource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+	cms := resources.Resource{Version: "v1", Resource: "configmaps"}
+	count := func(name string) int {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w.follow([]resources.Resource{cms, widgets})
+	w.record(w.probed[widgets.Key()], widgets, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
+	w.record(w.probed[widgets.Key()], widgets, ProbeResult{Outcome: Error, Err: apierrors.NewTooManyRequests("", 1)})
+	if n, ws := count("watchcache_window_seconds"), len(w.m.windows.windows()); n != 2 || ws != 2 {
+		t.Fatalf("configmaps and widgets: %d window series, %d windows; want 2, 2", n, ws)
+	}
+	if w.interval != 10*time.Second {
+		t.Errorf("interval before the first round %v, want 10s (2 resources within 10 requests/s)", w.interval)
+	}
+	w.follow([]resources.Resource{cms, gadgets})
+	for name, want := range map[string]int{"watchcache_window_seconds": 2, "watchcache_oldest_resource_version": 2,
+		"watchcache_resource_watch_cache_enabled": 1, "watchcache_resource_probe_errors_total": 1} {
+		if n := count(name); n != want {
+			t.Errorf("widgets gone, gadgets new: %d series of %s, want %d", n, name, want)
+		}
+	}
+	if _, ok := w.probed[widgets.Key()]; ok || len(w.probed) != 1 {
+		t.Errorf("probes after widgets went: %v, want gadgets' alone", w.probed)
+	}
+	got := map[string]float64{}
+	for _, win := range w.m.windows.windows() {
+		got[win.Resource] = win.Seconds
+	}
+	if len(got) != 1 || got["configmaps"] != 80 {
+		t.Errorf("known windows %v, want the ConfigMaps' alone", got)
 	}
 }

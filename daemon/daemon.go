@@ -93,7 +93,7 @@ type parts struct {
 	writer *load.Writer
 	fleet  *apiservers.Fleet
 	// The resources of --resources, and their object counts.
-	resources []resources.Resource
+	resources *resources.Set // nil without --resources
 	objects   *resources.Objects
 	page      *status.Page
 	mux       http.Handler
@@ -166,17 +166,21 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
 	// The resource probes (a watch per resource, interval and apiserver)
 	// and object counts (a list per resource and interval) have clients of
-	// their own, each capped at 20 requests/s, so that a long list of
-	// resources stretches its rounds rather than the ConfigMap measurement's.
+	// their own, paced to --resources.budget (resources.Pace) and each
+	// capped at half of it, so that even at once they stay within it on one
+	// apiserver, and a long list of resources stretches its rounds rather
+	// than the ConfigMap measurement's.
 	resCfg := rest.CopyConfig(restCfg)
 	resCfg.ContentType, resCfg.AcceptContentTypes = "", ""
-	resCfg.QPS, resCfg.Burst = 20, 40
+	resCfg.QPS, resCfg.Burst = float32(cfg.resourcesRate/2), max(1, int(cfg.resourcesRate/2))
+	var atStart []resources.Resource
 	if !cfg.resources.Empty() {
 		if p.resources, err = resolveResources(startCtx, cfg, resCfg, log); err != nil {
 			return nil, err
 		}
+		atStart = p.resources.Current()
 	}
-	if err := preflight.Check(startCtx, authz, neededAccess(cfg, p.resources)); err != nil {
+	if err := preflight.Check(startCtx, authz, neededAccess(cfg, atStart)); err != nil {
 		return nil, err
 	}
 
@@ -224,14 +228,14 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			return nil, err
 		}
 		var res collector.ResourcesConfig
-		if len(p.resources) > 0 {
+		if p.resources != nil {
 			epRes := rest.CopyConfig(resCfg)
 			epRes.Host, epRes.ServerName = epCfg.Host, epCfg.ServerName
 			epRes.Wrap(finalanswer.Wrap)
 			if res.Client, err = dynamic.NewForConfig(epRes); err != nil {
 				return nil, err
 			}
-			res.Resources, res.Interval = p.resources, cfg.resourcesIvl
+			res.Resources, res.Pace = p.resources, cfg.resourcesPace()
 		}
 		return collector.New(collector.Config{
 			Namespace:     cfg.namespace,
@@ -242,7 +246,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
 			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, cfg.graceDur, clock.RealClock{}, reg, log.WithName("apiservers"))
-	if len(p.resources) > 0 {
+	if p.resources != nil {
 		mc, err := metadata.NewForConfig(resCfg)
 		if err != nil {
 			return nil, err
@@ -324,7 +328,8 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 		})
 	}
 	if p.objects != nil {
-		measureWG.Go(func() { p.objects.Run(measureCtx, p.cfg.resourcesIvl) })
+		measureWG.Go(func() { p.objects.Run(measureCtx, p.cfg.resourcesPace()) })
+		measureWG.Go(func() { p.resources.Run(measureCtx, p.cfg.rediscover) })
 	}
 	if p.discovery != nil {
 		measureWG.Go(func() { apiservers.Discover(measureCtx, p.discovery, p.fleet, p.log.WithName("apiservers")) })
@@ -365,8 +370,9 @@ func (p *parts) ready() error {
 	}
 }
 
-// resolveResources finds the resources of --resources through discovery.
-func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log logr.Logger) ([]resources.Resource, error) {
+// resolveResources finds the resources of --resources through discovery,
+// and returns them as a Set that reads discovery again when it runs.
+func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log logr.Logger) (*resources.Set, error) {
 	disc, err := discovery.NewDiscoveryClientForConfig(resCfg)
 	if err != nil {
 		return nil, err
@@ -375,16 +381,16 @@ func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log 
 	if err != nil {
 		return nil, err
 	}
-	rs, err := resources.Resolve(ctx, disc, dyn, cfg.resources)
+	resolve := func(ctx context.Context) ([]resources.Resource, error) {
+		return resources.Resolve(ctx, disc, dyn, cfg.resources)
+	}
+	rs, err := resolve(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("--resources: %w", err)
 	}
-	names := make([]string, len(rs))
-	for i, r := range rs {
-		names[i] = r.Name()
-	}
-	log.Info("measuring the window of every resource named", "resources", strings.Join(names, ","), "count", len(rs), "interval", cfg.resourcesIvl)
-	return rs, nil
+	log.Info("measuring the window of every resource named", "resources", strings.Join(resources.Names(rs), ","), "count", len(rs),
+		"interval", cfg.resourcesPace().For(len(rs)), "budget", cfg.resourcesRate, "rediscover", cfg.rediscover)
+	return resources.NewSet(rs, resolve, log.WithName("resources")), nil
 }
 
 // refuseNotOwned fails when quiet or a noise object exists without the

@@ -36,6 +36,8 @@ type config struct {
 	resources     resources.Spec
 	resourcesRaw  string
 	resourcesIvl  time.Duration
+	resourcesRate float64
+	rediscover    time.Duration
 	loadMaxRate   float64
 	loadObjects   int
 	probeInterval time.Duration
@@ -72,7 +74,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
 	fs.DurationVar(&c.graceDur, "apiservers.grace-period", 3*time.Minute, "With --apiservers=discover: how long an apiserver that left the kubernetes EndpointSlices is still measured, with its series and history, so that its restart shows as a cache reset. 0 removes it at once.")
 	fs.StringVar(&c.resourcesRaw, "resources", "", "Resources whose watch cache windows to measure too, without writing: a list of resource.group names (pods,leases.coordination.k8s.io,endpointslices.discovery.k8s.io) or \"all\" (every resource served with list and watch, aggregated apiservers left out). Needs list and watch on them cluster-wide (deploy/components/resources).")
-	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: 2 requests per resource, plus one per resource and apiserver.")
+	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: a window probe per resource and apiserver, and an object count per resource; stretched to fit --resources.budget.")
+	fs.Float64Var(&c.resourcesRate, "resources.budget", 5, "Requests per second that the measurement of --resources may send to any one apiserver: with many resources, --resources.interval stretches until a round of 2 requests per resource fits (watchcache_resource_probe_interval_seconds says to what).")
+	fs.DurationVar(&c.rediscover, "resources.rediscover", 3*time.Minute, "Interval between two readings of discovery, so that resources installed later (CRDs) are measured and removed ones dropped without a restart.")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
 	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
@@ -146,6 +150,12 @@ func (c config) validate() error {
 	}
 	if c.resourcesIvl < time.Second || c.resourcesIvl > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--resources.interval=%s: must be between 1s and 10m", c.resourcesIvl))
+	}
+	if !(c.resourcesRate >= 1 && c.resourcesRate <= 1000) {
+		errs = append(errs, fmt.Errorf("--resources.budget=%v: must be between 1 and 1000 requests per second", c.resourcesRate))
+	}
+	if c.rediscover < 10*time.Second || c.rediscover > time.Hour {
+		errs = append(errs, fmt.Errorf("--resources.rediscover=%s: must be between 10s and 1h", c.rediscover))
 	}
 	if c.probeInterval < 100*time.Millisecond || c.probeInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("--probe.interval=%s: must be between 100ms and 1m", c.probeInterval))
@@ -280,4 +290,9 @@ func (c config) loadConfig() load.Config {
 func CheckFlags(args []string) error {
 	_, err := parseFlags(args, io.Discard)
 	return err
+}
+
+// resourcesPace is how often each resource of --resources is measured.
+func (c config) resourcesPace() resources.Pace {
+	return resources.Pace{Interval: c.resourcesIvl, Budget: c.resourcesRate}
 }

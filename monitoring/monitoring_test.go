@@ -55,7 +55,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	hist := rvclock.NewHistory(10)
 	rates := rvclock.NewRates(hist, false, time.Second, rec)
 	store := owned.NewStore("ns", "q", rec, logr.Discard(), time.Now)
-	res := collector.ResourcesConfig{Resources: []resources.Resource{{Version: "v1", Resource: "pods"}}, Interval: time.Second,
+	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
 	resources.NewObjects(nil, res.Resources, hist, nil, rec, logr.Discard())
 	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,

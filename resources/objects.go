@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
@@ -31,23 +30,25 @@ import (
 // resource whose RV does not is in an etcd of its own (events, with
 // --etcd-servers-overrides) and is timed by a clock of its own from then on.
 type Objects struct {
-	client    metadata.Interface
-	resources []Resource
-	hist      *rvclock.History
-	current   func(context.Context) (uint64, error)
-	log       logr.Logger
-	objects   *prometheus.GaugeVec
-	errors    *prometheus.CounterVec
-	errLog    *ratelog.Logger
+	client  metadata.Interface
+	set     *Set
+	hist    *rvclock.History
+	current func(context.Context) (uint64, error)
+	log     logr.Logger
+	objects *prometheus.GaugeVec
+	errors  *prometheus.CounterVec
+	errLog  *ratelog.Logger
+
+	counted []Resource // the last round's; owned by Run
 }
 
-// NewObjects counts resources through client; current reads the main etcd's
-// current RV (rvclock.CurrentRV). Its series carry no apiserver label: every
-// apiserver lists from the same etcd.
-func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.History, current func(context.Context) (uint64, error), reg prometheus.Registerer, log logr.Logger) *Objects {
+// NewObjects counts the resources of set through client; current reads the
+// main etcd's current RV (rvclock.CurrentRV). Its series carry no apiserver
+// label: every apiserver lists from the same etcd.
+func NewObjects(client metadata.Interface, set *Set, hist *rvclock.History, current func(context.Context) (uint64, error), reg prometheus.Registerer, log logr.Logger) *Objects {
 	f := promauto.With(reg)
 	o := &Objects{
-		client: client, resources: resources, hist: hist, current: current, log: log,
+		client: client, set: set, hist: hist, current: current, log: log,
 		objects: f.NewGaugeVec(promopts.Gauge("resource_objects",
 			"Objects of the resource in the whole cluster: what an informer of it fetches when it relists (a list with limit=1: its items plus remainingItemCount). NaN when the apiserver does not give the count."),
 			[]string{"group", "resource"}),
@@ -58,14 +59,14 @@ func NewObjects(client metadata.Interface, resources []Resource, hist *rvclock.H
 	return o
 }
 
-// Run counts every interval until ctx ends. The counts exist only while it
-// runs: a standby's would be stale, and doubled in sums over the pods.
-func (o *Objects) Run(ctx context.Context, interval time.Duration) {
-	for _, r := range o.resources {
-		o.objects.WithLabelValues(r.Group, r.Resource).Set(math.NaN())
-	}
-	defer o.objects.Reset()
-	wait.NonSlidingUntilWithContext(ctx, o.round, interval)
+// Run counts at pace until ctx ends. The counts exist only while it runs: a
+// standby's would be stale, and doubled in sums over the pods.
+func (o *Objects) Run(ctx context.Context, pace Pace) {
+	defer func() {
+		o.objects.Reset()
+		o.counted = nil
+	}()
+	pace.Run(ctx, o.set, o.round, nil)
 }
 
 // listed is the RV of one resource's list and when it arrived; rv is 0
@@ -77,10 +78,11 @@ type listed struct {
 
 // round counts every resource once, between two reads of the main etcd's
 // current RV, and gives each RV to the clock of its etcd.
-func (o *Objects) round(ctx context.Context) {
+func (o *Objects) round(ctx context.Context, rs []Resource) {
+	o.follow(rs)
 	before, errBefore := o.current(ctx)
-	seen := make([]listed, len(o.resources))
-	for i, r := range o.resources {
+	seen := make([]listed, len(rs))
+	for i, r := range rs {
 		if ctx.Err() != nil {
 			return
 		}
@@ -91,7 +93,7 @@ func (o *Objects) round(ctx context.Context) {
 		o.errLog.Error("objects-current", err, "cannot read the main etcd's current resourceVersion (list configmaps, limit 1): the object counts' RVs teach no clock this round")
 	}
 	bracketed := errBefore == nil && errAfter == nil
-	for i, r := range o.resources {
+	for i, r := range rs {
 		s := seen[i]
 		other := o.hist.Other(r.Name())
 		if s.rv == 0 || !bracketed && !other {
@@ -128,4 +130,22 @@ func (o *Objects) count(ctx context.Context, r Resource) listed {
 	}
 	o.objects.WithLabelValues(r.Group, r.Resource).Set(n)
 	return seen
+}
+
+// follow starts the series of resources new in rs (NaN until counted) and
+// deletes those of resources gone from it.
+func (o *Objects) follow(rs []Resource) {
+	added, removed := Diff(o.counted, rs)
+	o.counted = rs
+	if len(added)+len(removed) == 0 {
+		return
+	}
+	for _, r := range added {
+		o.objects.WithLabelValues(r.Group, r.Resource).Set(math.NaN())
+	}
+	for _, r := range removed {
+		g, r := r.Group, r.Resource
+		o.objects.DeleteLabelValues(g, r)
+		o.errors.DeletePartialMatch(prometheus.Labels{"group": g, "resource": r})
+	}
 }

@@ -9,8 +9,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -40,10 +42,10 @@ func TestObjectsRVDomains(t *testing.T) {
 	}
 	hist := rvclock.NewHistory(10)
 	rs := []Resource{{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "events"}}
-	o := NewObjects(client, rs, hist, read, prometheus.NewRegistry(), logr.Discard())
+	o := NewObjects(client, Fixed(rs), hist, read, prometheus.NewRegistry(), logr.Discard())
 
 	current = []uint64{100, 110}
-	o.round(t.Context())
+	o.round(t.Context(), rs)
 	if newest, _, _ := hist.Clock.Newest(); newest != 105 {
 		t.Errorf("main clock's newest RV %d, want pods' 105", newest)
 	}
@@ -60,7 +62,7 @@ func TestObjectsRVDomains(t *testing.T) {
 	// events' next RV falls between the main etcd's by chance: still theirs.
 	rvs["pods"], rvs["events"] = "125", "5020"
 	current = []uint64{120, 5030}
-	o.round(t.Context())
+	o.round(t.Context(), rs)
 	if newest, _, _ := hist.Clock.Newest(); newest != 125 {
 		t.Errorf("main clock's newest RV %d, want pods' 125", newest)
 	}
@@ -71,7 +73,7 @@ func TestObjectsRVDomains(t *testing.T) {
 	// Without the main RV, pods' RV cannot be placed; events' still can.
 	rvs["pods"], rvs["events"] = "99999", "5040"
 	currentErr = errors.New("forbidden")
-	o.round(t.Context())
+	o.round(t.Context(), rs)
 	if newest, _, _ := hist.Clock.Newest(); newest != 125 {
 		t.Errorf("main clock's newest RV %d after a round without the main RV, want 125 still", newest)
 	}
@@ -98,7 +100,7 @@ func TestObjectsOnlyWhileRunning(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	rs := []Resource{{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "events"}}
-	o := NewObjects(client, rs, rvclock.NewHistory(10), func(context.Context) (uint64, error) { return 7, nil }, reg, logr.Discard())
+	o := NewObjects(client, Fixed(rs), rvclock.NewHistory(10), func(context.Context) (uint64, error) { return 7, nil }, reg, logr.Discard())
 	count := func() int {
 		n, err := testutil.GatherAndCount(reg, "watchcache_resource_objects")
 		if err != nil {
@@ -111,7 +113,7 @@ func TestObjectsOnlyWhileRunning(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { o.Run(ctx, time.Hour); close(done) }()
+	go func() { o.Run(ctx, Pace{Interval: time.Hour}); close(done) }()
 	for count() < 2 { // Run's first round at once
 		time.Sleep(time.Millisecond)
 	}
@@ -119,5 +121,71 @@ func TestObjectsOnlyWhileRunning(t *testing.T) {
 	<-done
 	if n := count(); n != 0 {
 		t.Errorf("%d series after Run ended, want none", n)
+	}
+}
+
+// A resource that discovery no longer lists loses its series; a new one
+// gets them, NaN until counted.
+func TestObjectsFollowTheSet(t *testing.T) {
+	client := metadatafake.NewSimpleMetadataClient(runtime.NewScheme())
+	client.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetResource().Resource == "widgets" {
+			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("no"))
+		}
+		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}, nil
+	})
+	reg := prometheus.NewRegistry()
+	o := NewObjects(client, Fixed(nil), rvclock.NewHistory(10), func(context.Context) (uint64, error) { return 7, nil }, reg, logr.Discard())
+	pods := Resource{Version: "v1", Resource: "pods"}
+	widgets := Resource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	gadgets := Resource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+	series := func() []string {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				s := f.GetName()
+				for _, l := range m.GetLabel() {
+					s += " " + l.GetValue()
+				}
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	o.round(t.Context(), []Resource{pods, widgets})
+	want := []string{"watchcache_resource_objects  pods", "watchcache_resource_objects example.com widgets",
+		"watchcache_resource_objects_errors_total example.com Forbidden widgets"}
+	if got := series(); !sameSet(got, want) {
+		t.Errorf("pods and widgets: %q, want %q", got, want)
+	}
+	o.round(t.Context(), []Resource{gadgets, pods})
+	want = []string{"watchcache_resource_objects example.com gadgets", "watchcache_resource_objects  pods"}
+	if got := series(); !sameSet(got, want) {
+		t.Errorf("widgets gone, gadgets new: %q, want %q", got, want)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	return len(a) == len(b) && sets.New(a...).Equal(sets.New(b...))
+}
+
+func TestPace(t *testing.T) {
+	for _, tc := range []struct {
+		pace Pace
+		n    int
+		want time.Duration
+	}{
+		{Pace{Interval: 10 * time.Second, Budget: 10}, 50, 10 * time.Second}, // 100 requests in 10 s
+		{Pace{Interval: 10 * time.Second, Budget: 10}, 300, 60 * time.Second},
+		{Pace{Interval: 10 * time.Second, Budget: 25}, 1000, 80 * time.Second},
+		{Pace{Interval: 10 * time.Second}, 1000, 10 * time.Second}, // no budget
+	} {
+		if got := tc.pace.For(tc.n); got != tc.want {
+			t.Errorf("%+v.For(%d) = %v, want %v", tc.pace, tc.n, got, tc.want)
+		}
 	}
 }

@@ -28,7 +28,10 @@ type Resource struct {
 
 // Name is how --resources and the logs name it: resource.group, or the
 // resource alone for the core group.
-func (r Resource) Name() string { return Name{Group: r.Group, Resource: r.Resource}.String() }
+func (r Resource) Name() string { return r.Key().String() }
+
+// Key is the resource without its version: one watch cache.
+func (r Resource) Key() Name { return Name{Group: r.Group, Resource: r.Resource} }
 
 // GVR is what the dynamic client takes.
 func (r Resource) GVR() schema.GroupVersionResource {
@@ -108,7 +111,9 @@ func parseName(s string) (Name, error) {
 // discovery; for All, every resource served with list and watch, without
 // subresources and without the groups aggregated apiservers serve (they
 // have no watch cache of this apiserver's). A name the apiserver does not
-// serve, or serves without list or watch, is an error that names it.
+// serve, or serves without list or watch, is an error that names it; the
+// resources returned with it are those it does serve. Only when discovery
+// itself fails are they nil.
 func Resolve(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, spec Spec) ([]Resource, error) {
 	if spec.Empty() {
 		return nil, nil
@@ -154,7 +159,7 @@ func Resolve(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic
 		if err != nil {
 			return nil, err
 		}
-		var out []Resource
+		out := []Resource{}
 		for n, r := range found {
 			if listWatch[n] && !aggregated.Has(n.Group) {
 				out = append(out, r)
@@ -163,7 +168,7 @@ func Resolve(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic
 		sortResources(out)
 		return out, nil
 	}
-	var out []Resource
+	out := []Resource{} // not nil: discovery answered
 	var errs []error
 	for _, n := range spec.Names {
 		r, ok := found[n]

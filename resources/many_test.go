@@ -1,0 +1,222 @@
+package resources_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/watchcache/watchcache-exporter/resources"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
+	"github.com/watchcache/watchcache-exporter/test/testcluster"
+)
+
+// The CRDs of TestManyResources: all in one group, so that the apiserver's
+// own request counts of that group are the exporter's requests for them.
+const (
+	crdGroup = "many.watchcache.test"
+	crds     = 300
+	budget   = 40.0 // --resources.budget of the test, requests/s
+)
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// TestManyResources: 300 CRDs and --resources=all. The start check costs the
+// same whatever the number of resources, so the exporter is ready in well
+// under a minute; every resource is measured; the interval stretches so that
+// the requests for them, counted by the apiserver itself, stay within
+// --resources.budget; a CRD installed while it runs is measured and a deleted
+// one loses its series, without a restart.
+func TestManyResources(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := t.Context()
+	cfg := c.AdminConfig()
+	cfg.QPS = -1
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	for i := range crds {
+		createCRD(t, dyn, plural(i))
+	}
+	waitServed(t, admin, crds)
+	t.Logf("%d CRDs created and served in %s", crds, time.Since(t0).Round(time.Second))
+
+	served := servedListWatch(t, admin)
+	t1 := time.Now()
+	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0", "--resources=all",
+		fmt.Sprintf("--resources.budget=%v", budget), "--resources.rediscover=15s")
+	exp.WaitReady(t, time.Minute)
+	t.Logf("ready %s after start, with %d resources served", time.Since(t1).Round(100*time.Millisecond), served)
+
+	// Each resource but configmaps (the quiet ConfigMap's probes measure
+	// those) costs a probe and a count per interval.
+	ivl := resources.Pace{Interval: 10 * time.Second, Budget: budget}.For(served - 1)
+	exp.WaitFor(t, ivl+time.Minute, "every resource measured", func(m exportertest.Metrics) bool {
+		n, known := windows(m)
+		t.Logf("%d window series, %d known, of %d resources served", n, known, served)
+		return n == served && known == served
+	})
+	if got := exp.Scrape(t).Value(t, "watchcache_resource_probe_interval_seconds", "group", crdGroup, "resource", plural(0)); got < ivl.Seconds() || got > ivl.Seconds()*1.5 {
+		t.Errorf("probe interval %v s, want %v (%d resources within %v requests/s)", got, ivl.Seconds(), served-1, budget)
+	}
+
+	// The apiserver's own count of requests for the CRDs, over three
+	// intervals: per resource a probe and a count each interval.
+	before, from := crdRequests(t, c), time.Now()
+	time.Sleep(3 * ivl)
+	after, secs := crdRequests(t, c), time.Since(from).Seconds()
+	rate := (after - before) / secs
+	perResource := rate / crds
+	total := perResource * float64(served-1)
+	t.Logf("requests for the %d CRDs: %.1f/s; at that rate per resource, %.1f/s for all %d (budget %v/s, interval %s)",
+		crds, rate, total, served-1, budget, ivl)
+	if total > budget*1.05 {
+		t.Errorf("%.1f requests/s for the resources, over the budget of %v", total, budget)
+	}
+	if want := 2 / ivl.Seconds(); perResource < want*0.8 {
+		t.Errorf("%.3f requests/s per resource, want about %.3f (a probe and a count every %s)", perResource, want, ivl)
+	}
+
+	// One CRD more, one fewer: measured and dropped at the next discovery.
+	late, gone := "lates", plural(0)
+	createCRD(t, dyn, late)
+	if err := dyn.Resource(crdGVR).Delete(ctx, gone+"."+crdGroup, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t2 := time.Now()
+	exp.WaitFor(t, 15*time.Second+2*ivl+time.Minute, "the new CRD measured and the deleted one dropped", func(m exportertest.Metrics) bool {
+		has := func(family, resource string) bool {
+			for _, x := range m[family].GetMetric() {
+				if label(x, "group") == crdGroup && label(x, "resource") == resource {
+					return !math.IsNaN(x.GetGauge().GetValue())
+				}
+			}
+			return false
+		}
+		return has("watchcache_window_seconds", late) && has("watchcache_resource_objects", late) &&
+			!has("watchcache_window_seconds", gone) && !has("watchcache_resource_objects", gone) && !has("watchcache_resource_probe_interval_seconds", gone)
+	})
+	t.Logf("a CRD added and one deleted: measured and dropped %s later", time.Since(t2).Round(time.Second))
+	if !strings.Contains(exp.Logs(), "the resources served changed") {
+		t.Error("no log line says which resources came and went")
+	}
+}
+
+func plural(i int) string { return fmt.Sprintf("widget%03ds", i) }
+
+func createCRD(t *testing.T, dyn dynamic.Interface, plural string) {
+	t.Helper()
+	kind := strings.ToUpper(plural[:1]) + strings.TrimSuffix(plural[1:], "s")
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": plural + "." + crdGroup},
+		"spec": map[string]any{
+			"group": crdGroup, "scope": "Namespaced",
+			"names": map[string]any{"plural": plural, "singular": strings.TrimSuffix(plural, "s"), "kind": kind, "listKind": kind + "List"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	err := wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), nil
+	})
+	if err != nil {
+		t.Fatalf("create CRD %s: %v", plural, err)
+	}
+}
+
+// waitServed waits until discovery serves n resources of the CRDs' group.
+func waitServed(t *testing.T, admin kubernetes.Interface, n int) {
+	t.Helper()
+	var got int
+	err := wait.PollUntilContextTimeout(t.Context(), 2*time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := admin.Discovery().ServerResourcesForGroupVersion(crdGroup + "/v1")
+		if err != nil {
+			return false, nil
+		}
+		got = len(l.APIResources)
+		return got == n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d resources of %s served, want %d: %v", got, crdGroup, n, err)
+	}
+}
+
+// servedListWatch counts the resources served with list and watch.
+func servedListWatch(t *testing.T, admin kubernetes.Interface) int {
+	t.Helper()
+	lists, err := admin.Discovery().ServerPreferredResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") {
+				continue
+			}
+			list, watch := false, false
+			for _, v := range r.Verbs {
+				list, watch = list || v == "list", watch || v == "watch"
+			}
+			if list && watch {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// windows counts the window series and those with a known window.
+func windows(m exportertest.Metrics) (n, known int) {
+	for _, x := range m["watchcache_window_seconds"].GetMetric() {
+		n++
+		if v := x.GetGauge().GetValue(); !math.IsNaN(v) && v > 0 {
+			known++
+		}
+	}
+	return n, known
+}
+
+// crdRequests sums the apiserver's apiserver_request_total over the CRDs'
+// group: every verb, code and resource.
+func crdRequests(t *testing.T, c *testcluster.Cluster) float64 {
+	t.Helper()
+	fams, err := c.APIServer().Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, x := range fams["apiserver_request_total"].GetMetric() {
+		if label(x, "group") == crdGroup {
+			sum += x.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
