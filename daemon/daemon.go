@@ -173,6 +173,9 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	resCfg := rest.CopyConfig(restCfg)
 	resCfg.ContentType, resCfg.AcceptContentTypes = "", ""
 	resCfg.QPS, resCfg.Burst = float32(cfg.resourcesRate/2), max(1, int(cfg.resourcesRate/2))
+	// Deprecated types (v1 Endpoints) warn on every probe and count: news
+	// for their clients, not for the measurement's log.
+	resCfg.WarningHandler = rest.NoWarnings{}
 	var atStart []resources.Resource
 	if !cfg.resources.Empty() {
 		if p.resources, err = resolveResources(startCtx, cfg, resCfg, log); err != nil {
