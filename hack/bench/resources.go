@@ -10,6 +10,13 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -27,6 +34,7 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 		apiserver, etcd, cpu   float64            // % of one core
 		rss                    float64
 		resources, compactions float64
+		interval               float64 // s, as the exporter says
 	}
 	measure := func(args ...string) (*result, error) {
 		e, err := startExporter(exe, kubeconfig, append([]string{"--load.rate=0"}, args...)...)
@@ -58,6 +66,7 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 			res.requests[verb] = (n - before[verb]) / dt
 		}
 		res.resources = float64(countSeries(e, "watchcache_resource_objects"))
+		res.interval = probeInterval(e)
 		return res, ctx.Err()
 	}
 	base, err := measure()
@@ -68,7 +77,8 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(r, "\n## 6. Every resource's window: what --resources=all costs\n\nTwo passive exporters (`--load.rate=0`) one after the other, each measured over %s after a 20 s warm-up: without `--resources`, then with `--resources=all --resources.interval=10s`, which resolved %.0f resources on this apiserver. Requests are the apiserver's own count (`apiserver_request_total`, every client, so the difference is the exporter's share).\n\n", resourcesDur, all.resources)
+	ivl := all.interval
+	fmt.Fprintf(r, "\n## 6. Every resource's window: what --resources=all costs\n\nTwo passive exporters (`--load.rate=0`) one after the other, each measured over %s after a 20 s warm-up: without `--resources`, then with `--resources=all --resources.interval=10s`, which resolved %.0f resources on this apiserver; the default `--resources.budget` (5 requests/s) stretched the interval to %.1f s. Requests are the apiserver's own count (`apiserver_request_total`, every client, so the difference is the exporter's share).\n\n", resourcesDur, all.resources, ivl)
 	fmt.Fprintln(r, "| | LIST/s | WATCH/s | all requests/s | apiserver CPU % | etcd CPU % | exporter CPU % | exporter max RSS MiB |")
 	fmt.Fprintln(r, "|---|---|---|---|---|---|---|---|")
 	row := func(name string, x *result) {
@@ -84,18 +94,210 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 	for _, v := range []string{"LIST", "WATCH"} {
 		added[v] = all.requests[v] - base.requests[v]
 	}
-	expect := all.resources / 10
-	fmt.Fprintf(r, "\nAdded by the probes: %.2f LIST/s and %.2f WATCH/s, against %.1f/s each expected (one list with limit=1 and one watch from RV 1 per resource and 10 s; configmaps' watch is the quiet ConfigMap's probe already); %.1f%% of a core on the apiserver, %.1f%% on etcd, %.2f%% in the exporter, %+.1f MiB of RSS. Compaction probes: %.0f (no resource had its cache off).\n",
-		added["LIST"], added["WATCH"], expect, all.apiserver-base.apiserver, all.etcd-base.etcd, all.cpu-base.cpu, all.rss-base.rss, all.compactions)
+	expect := all.resources / ivl
+	fmt.Fprintf(r, "\nAdded by the probes: %.2f LIST/s and %.2f WATCH/s, against %.2f/s each expected (one list with limit=1 and one watch from RV 1 per resource and %.1f s; configmaps' watch is the quiet ConfigMap's probe already); %.1f%% of a core on the apiserver, %.1f%% on etcd, %.2f%% in the exporter, %+.1f MiB of RSS. Compaction probes: %.0f (no resource had its cache off).\n",
+		added["LIST"], added["WATCH"], expect, ivl, all.apiserver-base.apiserver, all.etcd-base.etcd, all.cpu-base.cpu, all.rss-base.rss, all.compactions)
 	r.target(added["LIST"] <= 1.1*expect && added["WATCH"] <= 1.1*expect,
-		"--resources=all at 10 s: at most one LIST and one WATCH per resource and interval (+10%)",
-		fmt.Sprintf("%.0f resources: %.2f LIST/s, %.2f WATCH/s added (%.1f/s each expected)", all.resources, added["LIST"], added["WATCH"], expect))
+		"--resources=all: at most one LIST and one WATCH per resource and interval (+10%)",
+		fmt.Sprintf("%.0f resources: %.2f LIST/s, %.2f WATCH/s added (%.2f/s each expected)", all.resources, added["LIST"], added["WATCH"], expect))
+	return resourcesScale(ctx, r, c, exe, kubeconfig)
+}
+
+// scaleDur is how long each exporter of resourcesScale is measured.
+const scaleDur = time.Minute
+
+// resourcesScale measures --resources=all at the default budget with 63
+// (built-in), 300 and 1000 resources (CRDs added), measuring 1 and 3
+// apiservers: the exporter's CPU and RSS, and per apiserver the CPU and the
+// requests it adds over a passive exporter without --resources that measures
+// the same apiservers.
+func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe, kubeconfig string) error {
+	for len(c.APIServers()) < 3 {
+		if _, err := c.AddAPIServer(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), each point measured over %s after a 20 s warm-up against a passive exporter without `--resources` measuring the same apiservers (`--apiservers=` a list); resources are CRDs added to the built-in ones, each with no objects. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds.\n\n", scaleDur)
+	fmt.Fprintln(r, "| resources | apiservers | interval s | exporter CPU % | exporter max RSS MiB | apiserver CPU % added | requests/s added per apiserver |")
+	fmt.Fprintln(r, "|---|---|---|---|---|---|---|")
+	cfg := c.AdminConfig()
+	cfg.QPS = -1
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	maxCPU, maxRSS := 0.0, 0.0
+	made := 0
+	for _, size := range []int{0, 300, 1000} {
+		if size > 0 {
+			n, err := servedResources(ctx, c)
+			if err != nil {
+				return err
+			}
+			for ; n < size; n, made = n+1, made+1 {
+				if err := createCRD(ctx, dyn, made); err != nil {
+					return err
+				}
+			}
+			if err := waitResources(ctx, c, size); err != nil {
+				return fmt.Errorf("%d resources: %w (the largest this apiserver held)", size, err)
+			}
+		}
+		for _, n := range []int{1, 3} {
+			as := c.APIServers()[:n]
+			urls := make([]string, n)
+			for i, a := range as {
+				urls[i] = a.URL()
+			}
+			list := "--apiservers=" + strings.Join(urls, ",")
+			base, err := measureScale(ctx, as, exe, kubeconfig, list)
+			if err != nil {
+				return err
+			}
+			with, err := measureScale(ctx, as, exe, kubeconfig, list, "--resources=all", "--resources.interval=10s")
+			if err != nil {
+				return err
+			}
+			apiCPU := (with.apiserver - base.apiserver) / float64(n)
+			reqs := (with.requests - base.requests) / float64(n)
+			fmt.Fprintf(r, "| %.0f | %d | %.1f | %.2f | %.1f | %.2f | %.2f |\n", with.resources, n, with.interval, with.cpu, with.rss, apiCPU, reqs)
+			maxCPU, maxRSS = math.Max(maxCPU, apiCPU), math.Max(maxRSS, with.rss)
+		}
+	}
+	r.target(maxCPU < 1, "--resources=all at the default budget: under 1% of a core added per apiserver at 63-1000 resources", fmt.Sprintf("at most %.2f%%", maxCPU))
+	r.target(maxRSS < 64, "--resources=all: exporter RSS under 64 MiB at 1000 resources x 3 apiservers", fmt.Sprintf("at most %.1f MiB", maxRSS))
+	return nil
+}
+
+type scalePoint struct {
+	requests, apiserver float64 // per second and % of one core, summed over the apiservers
+	cpu, rss            float64
+	resources, interval float64
+}
+
+func measureScale(ctx context.Context, as []*testcluster.APIServer, exe, kubeconfig string, args ...string) (*scalePoint, error) {
+	e, err := startExporter(exe, kubeconfig, append([]string{"--load.rate=0"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer e.stop()
+	sleep(ctx, 20*time.Second)
+	pid := e.cmd.Process.Pid
+	sum := func() (reqs, cpus float64, err error) {
+		for _, a := range as {
+			byVerb, err := requestsOf(ctx, a)
+			if err != nil {
+				return 0, 0, err
+			}
+			for _, v := range byVerb {
+				reqs += v
+			}
+			cpus += cpu(a.PID())
+		}
+		return reqs, cpus, nil
+	}
+	r0, a0, err := sum()
+	if err != nil {
+		return nil, err
+	}
+	x0, t0 := cpu(pid), time.Now()
+	rss := 0.0
+	for time.Since(t0) < scaleDur && ctx.Err() == nil {
+		rss = math.Max(rss, rssMiB(pid))
+		sleep(ctx, time.Second)
+	}
+	dt := time.Since(t0).Seconds()
+	r1, a1, err := sum()
+	if err != nil {
+		return nil, err
+	}
+	return &scalePoint{requests: (r1 - r0) / dt, apiserver: 100 * (a1 - a0) / dt, cpu: 100 * (cpu(pid) - x0) / dt, rss: rss,
+		resources: float64(countSeries(e, "watchcache_resource_objects")), interval: probeInterval(e)}, ctx.Err()
+}
+
+// probeInterval is the longest resource probe interval the exporter reports.
+func probeInterval(e *exporterProc) float64 {
+	fams, err := e.families()
+	if err != nil {
+		return math.NaN()
+	}
+	ivl := math.NaN()
+	for _, m := range fams["watchcache_resource_probe_interval_seconds"].GetMetric() {
+		if v := m.GetGauge().GetValue(); math.IsNaN(ivl) || v > ivl {
+			ivl = v
+		}
+	}
+	return ivl
+}
+
+const crdGroup = "bench.watchcache.test"
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// createCRD creates the i-th CRD of the bench's group, namespaced, with no
+// schema to speak of.
+func createCRD(ctx context.Context, dyn dynamic.Interface, i int) error {
+	plural, kind := fmt.Sprintf("widget%04ds", i), fmt.Sprintf("Widget%04d", i)
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": plural + "." + crdGroup},
+		"spec": map[string]any{
+			"group": crdGroup, "scope": "Namespaced",
+			"names": map[string]any{"plural": plural, "singular": strings.TrimSuffix(plural, "s"), "kind": kind, "listKind": kind + "List"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// servedResources counts what --resources=all measures: the resources
+// discovery serves with list and watch.
+func servedResources(ctx context.Context, c *testcluster.Cluster) (int, error) {
+	cs, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		return 0, err
+	}
+	lists, err := cs.Discovery().ServerPreferredResources()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") {
+				n++
+			}
+		}
+	}
+	return n, ctx.Err()
+}
+
+// waitResources waits up to 10 minutes for n resources served.
+func waitResources(ctx context.Context, c *testcluster.Cluster, n int) error {
+	var got int
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = servedResources(ctx, c)
+		return err == nil && got >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d served after 10 minutes, want %d: %w", got, n, err)
+	}
 	return nil
 }
 
 // requestsByVerb sums the apiserver's apiserver_request_total by verb.
 func requestsByVerb(ctx context.Context, c *testcluster.Cluster) (map[string]float64, error) {
-	fams, err := c.APIServer().Metrics(ctx)
+	return requestsOf(ctx, c.APIServer())
+}
+
+func requestsOf(ctx context.Context, a *testcluster.APIServer) (map[string]float64, error) {
+	fams, err := a.Metrics(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,8 @@ type Store struct {
 	log       logr.Logger
 	now       func() time.Time
 	lostGauge prometheus.Gauge
-	jsonPatch []byte // the tests of the noise patch, up to its value
+	jsonPatch []byte   // the tests of the noise patch, up to its value
+	patchURLs sync.Map // name -> the URL of its patch (string)
 
 	mu   sync.Mutex
 	lost map[string]time.Time // name -> when last checked
@@ -277,16 +278,17 @@ func (s *Store) Relist(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 // itself, hiding the throttling that we want to count).
 func (s *Store) SetSeq(ctx context.Context, c corev1client.CoreV1Interface, name, value string) (uint64, error) {
 	body := s.seqPatch(value)
-	cm := &corev1.ConfigMap{}
+	var rv uint64
 	var err error
-	if rc, ok := c.RESTClient().(*rest.RESTClient); ok && rc != nil {
-		err = rc.Patch(types.JSONPatchType).
-			Namespace(s.ns).Resource("configmaps").Name(name).
-			Body(body).MaxRetries(0).Do(ctx).Into(cm)
+	if rc, ok := c.RESTClient().(*rest.RESTClient); ok && rc != nil && rc.Client != nil {
+		rv, err = s.patch(ctx, rc, name, body)
 	} else {
 		// No HTTP below the client (client-go's fake clientset in hermetic
 		// tests), so no retries to turn off: the typed patch.
-		cm, err = c.ConfigMaps(s.ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{})
+		var cm *corev1.ConfigMap
+		if cm, err = c.ConfigMaps(s.ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}); err == nil {
+			rv, err = ParseRV(cm.ResourceVersion)
+		}
 	}
 	if err != nil {
 		// A failed test is 422 from the apiserver (a plain error from the
@@ -299,7 +301,7 @@ func (s *Store) SetSeq(ctx context.Context, c corev1client.CoreV1Interface, name
 		}
 		return 0, err
 	}
-	return ParseRV(cm.ResourceVersion)
+	return rv, nil
 }
 
 func (s *Store) seqPatch(value string) []byte {
