@@ -472,11 +472,30 @@ func TestFaults(t *testing.T) {
 		f.report()
 	})
 
-	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
-		e = exportertest.StartReady(t, sa, args...)
-		e.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
+	// startWriting starts an exporter and waits for its first noise write.
+	startWriting := func(t *testing.T, cfg *rest.Config, args ...string) *exportertest.Exporter {
+		t.Helper()
+		x := exportertest.StartReady(t, cfg, args...)
+		x.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
 		})
+		return x
+	}
+	// leftAndNamed are the ConfigMaps a stop left, each named in its log.
+	leftAndNamed := func(t *testing.T, x *exportertest.Exporter, why string) []string {
+		t.Helper()
+		left := ownedConfigMaps(t, cms)
+		if len(left) == 0 {
+			t.Errorf("no ConfigMap left, yet %s", why)
+		}
+		for _, name := range left {
+			wantLog(t, x, "delete configmap "+faultNS+"/"+name)
+		}
+		return left
+	}
+
+	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
+		e = startWriting(t, sa, args...)
 		if err := c.APIServer().Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -497,13 +516,7 @@ func TestFaults(t *testing.T) {
 		}
 		// What it left, it named; the next start adopts it (as the
 		// standby above adopted the killed holder's objects).
-		left := ownedConfigMaps(t, cms)
-		if len(left) == 0 {
-			t.Error("no ConfigMap left, yet the apiserver was down at the stop")
-		}
-		for _, name := range left {
-			wantLog(t, e, "delete configmap "+faultNS+"/"+name)
-		}
+		leftAndNamed(t, e, "the apiserver was down at the stop")
 		f.report()
 	})
 
@@ -517,10 +530,7 @@ func TestFaults(t *testing.T) {
 		via := rest.CopyConfig(sa)
 		via.Host = "https://" + px.addr
 		const budget = 15 * time.Second
-		e = exportertest.StartReady(t, via, append(slices.Clone(args), fmt.Sprintf("--shutdown.timeout=%s", budget))...)
-		e.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
-			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
-		})
+		e = startWriting(t, via, append(slices.Clone(args), fmt.Sprintf("--shutdown.timeout=%s", budget))...)
 		px.blackhole() // requests get no answer, not a refusal
 		f := begin(t)
 		code := e.Stop(t)
@@ -534,13 +544,7 @@ func TestFaults(t *testing.T) {
 		}
 		// It says what it left: every ConfigMap, and the Lease.
 		wantLog(t, e, "the lease is left")
-		left := ownedConfigMaps(t, cms)
-		if len(left) == 0 {
-			t.Error("no ConfigMap left, yet the apiserver did not answer at the stop")
-		}
-		for _, name := range left {
-			wantLog(t, e, "delete configmap "+faultNS+"/"+name)
-		}
+		left := leftAndNamed(t, e, "the apiserver did not answer at the stop")
 		if _, err := admin.CoordinationV1().Leases(faultNS).Get(ctx, "watchcache-quiet", metav1.GetOptions{}); err != nil {
 			t.Errorf("the Lease: %v, want it left (its deletion got no answer)", err)
 		}

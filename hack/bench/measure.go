@@ -98,7 +98,9 @@ func footprint(ctx context.Context, r *report, c *testcluster.Cluster, exe, kube
 		c0, t0 := cpu(pid), time.Now()
 		maxRSS := 0.0
 		var prec *precisionResult
-		for time.Since(t0) < *steadyDur && ctx.Err() == nil {
+		// At 85 writes/s the second expiry cycle may come after steadyDur
+		// (the cache grows first): wait for it, up to 6 minutes.
+		for (time.Since(t0) < *steadyDur || rate == 85 && prec == nil && time.Since(t0) < 6*time.Minute) && ctx.Err() == nil {
 			maxRSS = math.Max(maxRSS, rssMiB(pid))
 			if rate == 85 && prec == nil {
 				prec = checkPrecision(ctx, c, e)
@@ -239,13 +241,16 @@ func goBenchmarks(r *report, root string) {
 }
 
 const footprintMissed = `
-**Why the footprint target is missed, and what would meet it.** RSS is about 45 MiB
-even in passive mode: it is the Go runtime, client-go's clients (one per apiserver plus
-the load's) and the fixed rings (RV clock 1 MiB, own writes 2 MiB), with the heap allowed
-to double before a collection (GOGC=100). Setting GOMEMLIMIT (e.g. 32MiB) or GOGC=50 in
-the Deployment trades a little CPU for a smaller heap. CPU grows with the write rate
-(about 0.55 ms of client CPU per patch, mostly TLS and JSON decoding of the response) on
-top of a fixed ~0.3% for three probe watches a second; decoding only the
-resourceVersion of each patch response, or a longer --probe.interval, would bring it
-under 5% at 85 writes/s.
+**Why the footprint target is missed, and what would meet it.** Most of the RSS is not
+the exporter's data: at 100 writes/s, /proc/PID/smaps_rollup showed 41.9 MiB resident, of
+which 11.3 MiB anonymous (heap, stacks, the rings: RV clock 1 MiB, own writes 2 MiB) and
+30.6 MiB pages of the binary itself (file-backed, shared and reclaimable), touched at start
+by client-go's typed clients, whose scheme registers every API group. Only a client of our
+own with a scheme of the four groups it uses would bring it under 35 MiB. CPU grows with
+the write rate on top of a fixed ~0.3% for three probe watches a second: each patch is one
+HTTP/2 request over TLS (the request builder of client-go and the decoding of the whole
+answer are gone: only its RV is read), about 0.33 ms of user and 0.18 ms of system CPU,
+the system part mostly loopback TCP, which on a real node is the apiserver's host's.
+GOMAXPROCS=1 took 4.3% at 100 writes/s instead of 5.1% (fewer spinning threads); a longer
+--probe.interval lowers the fixed part only.
 `
