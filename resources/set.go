@@ -2,18 +2,18 @@ package resources
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/watchcache/watchcache-exporter/internal/pause"
 )
 
-// Set is the resources measured now: those --resources named at start, and
-// after that what discovery says every Rediscover, so that a CRD installed
+// Set is the resources measured now: those --resources named at start, then
+// what discovery says at each of Run's intervals, so that a CRD installed
 // later is measured and a removed one dropped, without a restart.
 type Set struct {
 	resolve func(context.Context) ([]Resource, error)
@@ -42,9 +42,10 @@ func (s *Set) Current() []Resource {
 	return s.current
 }
 
-// Run resolves the set again every interval until ctx ends.
+// Run resolves the set again every interval until ctx ends, the first time
+// one interval after it starts (the set was resolved at start).
 func (s *Set) Run(ctx context.Context, interval time.Duration) {
-	if s.resolve == nil {
+	if s.resolve == nil || pause.For(ctx, interval) != nil {
 		return
 	}
 	wait.UntilWithContext(ctx, s.refresh, interval)
@@ -76,16 +77,21 @@ func (s *Set) refresh(ctx context.Context) {
 // Diff is what changed from a to b: the resources of b not in a, and of a
 // not in b.
 func Diff(a, b []Resource) (added, removed []Resource) {
-	in := func(rs []Resource, r Resource) bool {
-		return slices.ContainsFunc(rs, func(x Resource) bool { return x.Group == r.Group && x.Resource == r.Resource })
+	keys := func(rs []Resource) sets.Set[Name] {
+		out := sets.New[Name]()
+		for _, r := range rs {
+			out.Insert(r.Key())
+		}
+		return out
 	}
+	inA, inB := keys(a), keys(b)
 	for _, r := range b {
-		if !in(a, r) {
+		if !inA.Has(r.Key()) {
 			added = append(added, r)
 		}
 	}
 	for _, r := range a {
-		if !in(b, r) {
+		if !inB.Has(r.Key()) {
 			removed = append(removed, r)
 		}
 	}
