@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -30,8 +28,6 @@ const (
 	crds     = 300
 	budget   = 40.0 // --resources.budget of the test, requests/s
 )
-
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // TestManyResources: 300 CRDs and --resources=all. The start check costs the
 // same whatever the number of resources, so the exporter is ready in well
@@ -57,7 +53,10 @@ func TestManyResources(t *testing.T) {
 	waitServed(t, admin, crds)
 	t.Logf("%d CRDs created and served in %s", crds, time.Since(t0).Round(time.Second))
 
-	served := servedListWatch(t, admin)
+	served, err := testcluster.ServedListWatch(admin.Discovery())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t1 := time.Now()
 	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0", "--resources=all",
 		fmt.Sprintf("--resources.budget=%v", budget), "--resources.rediscover=15s")
@@ -96,7 +95,7 @@ func TestManyResources(t *testing.T) {
 	// One CRD more, one fewer: measured and dropped at the next discovery.
 	late, gone := "lates", plural(0)
 	createCRD(t, dyn, late)
-	if err := dyn.Resource(crdGVR).Delete(ctx, gone+"."+crdGroup, metav1.DeleteOptions{}); err != nil {
+	if err := dyn.Resource(testcluster.CRDs).Delete(ctx, gone+"."+crdGroup, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t2 := time.Now()
@@ -122,19 +121,9 @@ func plural(i int) string { return fmt.Sprintf("widget%03ds", i) }
 
 func createCRD(t *testing.T, dyn dynamic.Interface, plural string) {
 	t.Helper()
-	kind := strings.ToUpper(plural[:1]) + strings.TrimSuffix(plural[1:], "s")
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": plural + "." + crdGroup},
-		"spec": map[string]any{
-			"group": crdGroup, "scope": "Namespaced",
-			"names": map[string]any{"plural": plural, "singular": strings.TrimSuffix(plural, "s"), "kind": kind, "listKind": kind + "List"},
-			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-		},
-	}}
+	crd := testcluster.CRD(crdGroup, plural)
 	err := wait.PollUntilContextTimeout(t.Context(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
+		_, err := dyn.Resource(testcluster.CRDs).Create(ctx, crd, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), nil
 	})
 	if err != nil {
@@ -157,31 +146,6 @@ func waitServed(t *testing.T, admin kubernetes.Interface, n int) {
 	if err != nil {
 		t.Fatalf("%d resources of %s served, want %d: %v", got, crdGroup, n, err)
 	}
-}
-
-// servedListWatch counts the resources served with list and watch.
-func servedListWatch(t *testing.T, admin kubernetes.Interface) int {
-	t.Helper()
-	lists, err := admin.Discovery().ServerPreferredResources()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, l := range lists {
-		for _, r := range l.APIResources {
-			if strings.Contains(r.Name, "/") {
-				continue
-			}
-			list, watch := false, false
-			for _, v := range r.Verbs {
-				list, watch = list || v == "list", watch || v == "watch"
-			}
-			if list && watch {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // windows counts the window series and those with a known window.

@@ -12,7 +12,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -238,23 +237,11 @@ func probeInterval(e *exporterProc) float64 {
 
 const crdGroup = "bench.watchcache.test"
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // createCRD creates the i-th CRD of the bench's group, namespaced, with no
 // schema to speak of.
 func createCRD(ctx context.Context, dyn dynamic.Interface, i int) error {
-	plural, kind := fmt.Sprintf("widget%04ds", i), fmt.Sprintf("Widget%04d", i)
-	crd := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": plural + "." + crdGroup},
-		"spec": map[string]any{
-			"group": crdGroup, "scope": "Namespaced",
-			"names": map[string]any{"plural": plural, "singular": strings.TrimSuffix(plural, "s"), "kind": kind, "listKind": kind + "List"},
-			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-		},
-	}}
-	_, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{})
+	crd := testcluster.CRD(crdGroup, fmt.Sprintf("widget%04ds", i))
+	_, err := dyn.Resource(testcluster.CRDs).Create(ctx, crd, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -292,19 +279,7 @@ func servedResources(ctx context.Context, c *testcluster.Cluster) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	lists, err := cs.Discovery().ServerPreferredResources()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, l := range lists {
-		for _, r := range l.APIResources {
-			if !strings.Contains(r.Name, "/") && slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") {
-				n++
-			}
-		}
-	}
-	return n, ctx.Err()
+	return testcluster.ServedListWatch(cs.Discovery())
 }
 
 // waitResources waits up to 10 minutes for n resources served.
