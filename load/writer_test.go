@@ -182,3 +182,17 @@ func TestWriterTargetOnlyWhileRunning(t *testing.T) {
 		}
 	})
 }
+
+// The writer keeps the rate asked for, fractions of a write per tick included.
+func TestWriterRate(t *testing.T) {
+	for _, rate := range []float64{100, 25, 0.5} {
+		synctest.Test(t, func(t *testing.T) {
+			srv := fakecache.New(100)
+			reg := runWriter(t, srv, rate, 20*time.Second+time.Millisecond)
+			want := rate * 20
+			if got := writes(t, reg, "ok"); got < want-1 || got > want {
+				t.Errorf("rate %v for 20 s: %v writes, want %v (one less at most)", rate, got, want)
+			}
+		})
+	}
+}
