@@ -99,7 +99,8 @@ func TestEveryResourceWindow(t *testing.T) {
 	})
 
 	type sample struct {
-		at                time.Time
+		at                time.Time // when the apiserver's counters were read
+		eventsAt          time.Time // when the events' etcd revision was read
 		window, capacity  map[string]float64
 		events            map[string]float64
 		lower, cacheOn    map[string]float64
@@ -114,11 +115,16 @@ func TestEveryResourceWindow(t *testing.T) {
 	for time.Since(start) < total {
 		time.Sleep(5 * time.Second)
 		m := exp.Scrape(t)
+		// Each counter is timed by its own read: on a busy machine the
+		// four reads take seconds, and a counter timed a second late moves
+		// the rate over an 80 s window by more than 1%.
+		readAt := time.Now()
 		fams, err := a.Metrics(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := sample{at: time.Now(), window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
+		readAt = readAt.Add(time.Since(readAt) / 2)
+		s := sample{at: readAt, window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
 			lower: map[string]float64{}, cacheOn: map[string]float64{}}
 		for _, r := range watched {
 			s.window[r] = m.Value(t, "watchcache_window_seconds", "resource", r)
@@ -142,10 +148,12 @@ func TestEveryResourceWindow(t *testing.T) {
 		// labels: their events_received_total counts each write twice (100/s
 		// at 50 writes/s, measured). Their etcd holds nothing else, so its
 		// revision counts their writes once each.
+		readAt = time.Now()
 		eventsEtcd, err := c.EventsEtcdMetrics(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.eventsAt = readAt.Add(time.Since(readAt) / 2)
 		if s.events["events"], err = testcluster.Value(eventsEtcd, "etcd_debugging_mvcc_current_revision", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -181,12 +189,18 @@ func TestEveryResourceWindow(t *testing.T) {
 	// between the two samples around its start): a rate over any other
 	// span (a minute, say) differs from the window's own whenever the
 	// writers stall and catch up, as they do on a busy machine.
+	readAt := func(s sample, r string) time.Time {
+		if r == "events" {
+			return s.eventsAt
+		}
+		return s.at
+	}
 	eventsAt := func(r string, at time.Time) (float64, bool) {
 		for k := 1; k < len(samples); k++ {
-			a, b := samples[k-1], samples[k]
-			if !at.Before(a.at) && !at.After(b.at) {
-				f := at.Sub(a.at).Seconds() / b.at.Sub(a.at).Seconds()
-				return a.events[r] + f*(b.events[r]-a.events[r]), true
+			a, b := readAt(samples[k-1], r), readAt(samples[k], r)
+			if !at.Before(a) && !at.After(b) {
+				f := at.Sub(a).Seconds() / b.Sub(a).Seconds()
+				return samples[k-1].events[r] + f*(samples[k].events[r]-samples[k-1].events[r]), true
 			}
 		}
 		return 0, false
@@ -201,7 +215,7 @@ func TestEveryResourceWindow(t *testing.T) {
 				t.Errorf("%s at %s: window %v s, want a positive number", r, s.at.Sub(start).Round(time.Second), s.window[r])
 				continue
 			}
-			before, ok := eventsAt(r, s.at.Add(-time.Duration(s.window[r]*float64(time.Second))))
+			before, ok := eventsAt(r, readAt(s, r).Add(-time.Duration(s.window[r]*float64(time.Second))))
 			if !ok {
 				continue
 			}
