@@ -187,8 +187,11 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return nil, err
 	}
 
-	reg := prometheus.NewRegistry()
-	p.store = owned.NewStore(cfg.namespace, cfg.quietName, reg, log.WithName("owned"), time.Now)
+	// reg serves /metrics; the status page gathers its own few families
+	// from pageReg. Every collector goes through regs, the two at once.
+	reg, pageReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	regs := status.Tee(reg, pageReg)
+	p.store = owned.NewStore(cfg.namespace, cfg.quietName, regs, log.WithName("owned"), time.Now)
 	// The check of up to 1001 names at start, unthrottled but 8 at a time.
 	checkCfg := rest.CopyConfig(restCfg)
 	checkCfg.QPS = -1
@@ -201,10 +204,10 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
 		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }},
-		leases, reg, log.WithName("leader")); err != nil {
+		leases, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
-	reg.MustRegister(
+	regs.MustRegister(
 		versioncollector.NewCollector("watchcache_exporter"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -212,8 +215,8 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	// Enough own writes for the largest cache (204800 events with a 135 s
 	// window); 2 MiB.
 	p.hist = rvclock.NewHistory(1 << 18)
-	p.rates = rvclock.NewRates(p.hist, !cfg.writes(), cfg.probeInterval, reg)
-	if p.writer, err = load.NewWriter(cfg.loadConfig(), loadCore, p.store, p.hist, reg, log.WithName("load")); err != nil {
+	p.rates = rvclock.NewRates(p.hist, !cfg.writes(), cfg.probeInterval, regs)
+	if p.writer, err = load.NewWriter(cfg.loadConfig(), loadCore, p.store, p.hist, regs, log.WithName("load")); err != nil {
 		return nil, err
 	}
 	p.fleet = apiservers.NewFleet(func(ep apiservers.Endpoint) (apiservers.Measurement, error) {
@@ -246,9 +249,9 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			ProbeInterval: cfg.probeInterval,
 			HistoryWindow: cfg.historyWindow,
 			Resources:     res,
-		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, reg),
+		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, regs),
 			log.WithName("collector").WithValues("apiserver", ep.ID))
-	}, cfg.graceDur, clock.RealClock{}, reg, log.WithName("apiservers"))
+	}, cfg.graceDur, clock.RealClock{}, regs, log.WithName("apiservers"))
 	if p.resources != nil {
 		mc, err := metadata.NewForConfig(resCfg)
 		if err != nil {
@@ -257,7 +260,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		current := func(ctx context.Context) (uint64, error) {
 			return rvclock.CurrentRV(ctx, p.core, cfg.namespace, cfg.quietName)
 		}
-		p.objects = resources.NewObjects(mc, p.resources, p.hist, current, reg, log.WithName("resources"))
+		p.objects = resources.NewObjects(mc, p.resources, p.hist, current, regs, log.WithName("resources"))
 	}
 	switch cfg.apiservers {
 	case "discover":
@@ -273,7 +276,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	default:
 		p.endpoints, _ = apiservers.ParseList(cfg.apiservers) // validated with the flags
 	}
-	p.page = status.New(reg, 5*time.Second, 720) // an hour
+	p.page = status.New(pageReg, 5*time.Second, 720) // an hour
 	p.mux = newMux(cfg, reg, p.ready, p.page.Handler(cfg.telemetryPath))
 	p.probes = newProbeMux(p.ready)
 	return p, nil

@@ -97,3 +97,49 @@ func TestPageCyclesAfterLeaseWonBack(t *testing.T) {
 		t.Errorf("cycles %+v: want 6 before the standby and one at 120 s after it", p.cycles)
 	}
 }
+
+// The page's registry gets the plotted families, with the labels of the
+// registerer they came through, and nothing else; unregistering removes
+// them from both.
+func TestTee(t *testing.T) {
+	reg, page := prometheus.NewRegistry(), prometheus.NewRegistry()
+	regs := prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "a:6443"}, Tee(reg, page))
+	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: windowSeconds}, []string{"resource"})
+	cacheOn := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_resource_watch_cache_enabled"}, []string{"resource"})
+	regs.MustRegister(window, cacheOn)
+	for _, r := range []string{"configmaps", "pods"} {
+		window.WithLabelValues(r).Set(80)
+		cacheOn.WithLabelValues(r).Set(1)
+	}
+	names := func(g prometheus.Gatherer) (out []string) {
+		fams, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			out = append(out, f.GetName())
+		}
+		return out
+	}
+	if got := names(page); len(got) != 1 || got[0] != windowSeconds {
+		t.Errorf("page registry: %v, want only %s", got, windowSeconds)
+	}
+	if got := names(reg); len(got) != 2 {
+		t.Errorf("main registry: %v, want both families", got)
+	}
+	p := New(page, time.Second, 1)
+	p.sample(time.Unix(100, 0))
+	if w := p.samples[0].Window; len(w) != 1 || w["a:6443"] != 80 {
+		t.Errorf("sampled window %v, want 80 s for a:6443 (configmaps only)", w)
+	}
+	// A second registration of the same family fails in both or neither.
+	if err := regs.Register(prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: windowSeconds}, []string{"resource"})); err == nil {
+		t.Error("registered a duplicate collector")
+	}
+	if !regs.Unregister(window) || !regs.Unregister(cacheOn) {
+		t.Fatal("unregister failed")
+	}
+	if got := append(names(page), names(reg)...); len(got) != 0 {
+		t.Errorf("after unregister: %v left", got)
+	}
+}
