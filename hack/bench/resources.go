@@ -28,45 +28,9 @@ const resourcesDur = 2 * time.Minute
 // apiserver, etcd and the exporter, and the exporter's RSS, against a
 // passive exporter without --resources over the same time.
 func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, kubeconfig string) error {
-	type result struct {
-		requests               map[string]float64 // by verb, per second
-		apiserver, etcd, cpu   float64            // % of one core
-		rss                    float64
-		resources, compactions float64
-		interval               float64 // s, as the exporter says
-	}
-	measure := func(args ...string) (*result, error) {
-		e, err := startExporter(exe, kubeconfig, append([]string{"--load.rate=0"}, args...)...)
-		if err != nil {
-			return nil, err
-		}
-		defer e.stop()
-		sleep(ctx, 20*time.Second)
-		pid := e.cmd.Process.Pid
-		before, err := requestsByVerb(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		a0, e0, x0, t0 := cpu(c.APIServer().PID()), cpu(c.EtcdPID()), cpu(pid), time.Now()
-		rss := 0.0
-		for time.Since(t0) < resourcesDur && ctx.Err() == nil {
-			rss = math.Max(rss, rssMiB(pid))
-			sleep(ctx, time.Second)
-		}
-		dt := time.Since(t0).Seconds()
-		after, err := requestsByVerb(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		res := &result{requests: map[string]float64{}, rss: rss,
-			apiserver: 100 * (cpu(c.APIServer().PID()) - a0) / dt, etcd: 100 * (cpu(c.EtcdPID()) - e0) / dt, cpu: 100 * (cpu(pid) - x0) / dt,
-			compactions: e.metric("watchcache_resource_compaction_probes_total")}
-		for verb, n := range after {
-			res.requests[verb] = (n - before[verb]) / dt
-		}
-		res.resources = float64(countSeries(e, "watchcache_resource_objects"))
-		res.interval = probeInterval(e)
-		return res, ctx.Err()
+	as := c.APIServers()[:1]
+	measure := func(args ...string) (*cost, error) {
+		return measureCost(ctx, c, as, exe, kubeconfig, resourcesDur, args...)
 	}
 	base, err := measure()
 	if err != nil {
@@ -77,15 +41,11 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 		return err
 	}
 	ivl := all.interval
-	fmt.Fprintf(r, "\n## 6. Every resource's window: what --resources=all costs\n\nTwo passive exporters (`--load.rate=0`) one after the other, each measured over %s after a 20 s warm-up: without `--resources`, then with `--resources=all --resources.interval=10s`, which resolved %.0f resources on this apiserver; the default `--resources.budget` (5 requests/s) stretched the interval to %.1f s. Requests are the apiserver's own count (`apiserver_request_total`, every client, so the difference is the exporter's share).\n\n", resourcesDur, all.resources, ivl)
+	fmt.Fprintf(r, "\n## 6. Every resource's window: what --resources=all costs\n\nTwo passive exporters (`--load.rate=0`) one after the other, each measured over %s (or one probe interval and 10 s, if longer) after a 20 s warm-up: without `--resources`, then with `--resources=all --resources.interval=10s`, which resolved %.0f resources on this apiserver; the default `--resources.budget` (5 requests/s) stretched the interval to %.1f s. Requests are the apiserver's own count (`apiserver_request_total`, every client, so the difference is the exporter's share).\n\n", resourcesDur, all.resources, ivl)
 	fmt.Fprintln(r, "| | LIST/s | WATCH/s | all requests/s | apiserver CPU % | etcd CPU % | exporter CPU % | exporter max RSS MiB |")
 	fmt.Fprintln(r, "|---|---|---|---|---|---|---|---|")
-	row := func(name string, x *result) {
-		total := 0.0
-		for _, v := range x.requests {
-			total += v
-		}
-		fmt.Fprintf(r, "| %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.2f | %.1f |\n", name, x.requests["LIST"], x.requests["WATCH"], total, x.apiserver, x.etcd, x.cpu, x.rss)
+	row := func(name string, x *cost) {
+		fmt.Fprintf(r, "| %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.2f | %.1f |\n", name, x.requests["LIST"], x.requests["WATCH"], x.total(), x.apiserver, x.etcd, x.cpu, x.rss)
 	}
 	row("passive", base)
 	row("passive, --resources=all", all)
@@ -102,7 +62,9 @@ func resourcesCost(ctx context.Context, r *report, c *testcluster.Cluster, exe, 
 	return resourcesScale(ctx, r, c, exe, kubeconfig)
 }
 
-// scaleDur is how long each exporter of resourcesScale is measured.
+// scaleDur is how long each exporter of resourcesScale is measured at
+// least: the exporters with --resources for one probe interval and 10 s
+// if that is longer, so that every resource's probe and count is in.
 const scaleDur = time.Minute
 
 // resourcesScale measures --resources=all at the default budget with 63
@@ -116,7 +78,7 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 			return err
 		}
 	}
-	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), each point measured over %s after a 20 s warm-up against a passive exporter without `--resources` measuring the same apiservers (`--apiservers=` a list); resources are CRDs added to the built-in ones, each with no objects. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds.\n\n", scaleDur)
+	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), each point measured over %s, or one probe interval and 10 s if longer, after a 20 s warm-up against a passive exporter without `--resources` measuring the same apiservers (`--apiservers=` a list); resources are CRDs added to the built-in ones, each with no objects. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds.\n\n", scaleDur)
 	fmt.Fprintln(r, "| resources | apiservers | interval s | exporter CPU % | exporter max RSS MiB | apiserver CPU % added | requests/s added per apiserver |")
 	fmt.Fprintln(r, "|---|---|---|---|---|---|---|")
 	cfg := c.AdminConfig()
@@ -155,16 +117,16 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 				urls[i] = a.URL()
 			}
 			list := "--apiservers=" + strings.Join(urls, ",")
-			base, err := measureScale(ctx, as, exe, kubeconfig, list)
+			base, err := measureCost(ctx, c, as, exe, kubeconfig, scaleDur, list)
 			if err != nil {
 				return err
 			}
-			with, err := measureScale(ctx, as, exe, kubeconfig, list, "--resources=all", "--resources.interval=10s")
+			with, err := measureCost(ctx, c, as, exe, kubeconfig, scaleDur, list, "--resources=all", "--resources.interval=10s")
 			if err != nil {
 				return err
 			}
 			apiCPU := (with.apiserver - base.apiserver) / float64(n)
-			reqs := (with.requests - base.requests) / float64(n)
+			reqs := (with.total() - base.total()) / float64(n)
 			fmt.Fprintf(r, "| %.0f | %d | %.1f | %.2f | %.1f | %.2f | %.2f |\n", with.resources, n, with.interval, with.cpu, with.rss, apiCPU, reqs)
 			maxCPU, maxRSS = math.Max(maxCPU, apiCPU), math.Max(maxRSS, with.rss)
 		}
@@ -174,50 +136,74 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 	return nil
 }
 
-type scalePoint struct {
-	requests, apiserver float64 // per second and % of one core, summed over the apiservers
-	cpu, rss            float64
-	resources, interval float64
+// cost is what one passive exporter cost over its measurement: requests by
+// verb (per second) and CPU (% of one core) summed over the apiservers
+// measured, etcd's CPU, and the exporter's own.
+type cost struct {
+	requests             map[string]float64
+	apiserver, etcd, cpu float64
+	rss                  float64 // MiB, the largest seen
+	resources, interval  float64 // measured, and their probe interval (s)
+	compactions          float64
 }
 
-func measureScale(ctx context.Context, as []*testcluster.APIServer, exe, kubeconfig string, args ...string) (*scalePoint, error) {
+func (x *cost) total() (n float64) {
+	for _, v := range x.requests {
+		n += v
+	}
+	return n
+}
+
+// measureCost starts a passive exporter with args and measures it, after a
+// 20 s warm-up, for dur or, when it probes resources, one probe interval
+// and 10 s if that is longer.
+func measureCost(ctx context.Context, c *testcluster.Cluster, as []*testcluster.APIServer, exe, kubeconfig string, dur time.Duration, args ...string) (*cost, error) {
 	e, err := startExporter(exe, kubeconfig, append([]string{"--load.rate=0"}, args...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer e.stop()
 	sleep(ctx, 20*time.Second)
+	if ivl := probeInterval(e); ivl > 0 {
+		dur = max(dur, time.Duration(ivl*float64(time.Second))+10*time.Second)
+	}
 	pid := e.cmd.Process.Pid
-	sum := func() (reqs, cpus float64, err error) {
+	sample := func() (map[string]float64, float64, error) {
+		byVerb, cpus := map[string]float64{}, 0.0
 		for _, a := range as {
-			byVerb, err := requestsOf(ctx, a)
+			reqs, err := requestsOf(ctx, a)
 			if err != nil {
-				return 0, 0, err
+				return nil, 0, err
 			}
-			for _, v := range byVerb {
-				reqs += v
+			for verb, n := range reqs {
+				byVerb[verb] += n
 			}
 			cpus += cpu(a.PID())
 		}
-		return reqs, cpus, nil
+		return byVerb, cpus, nil
 	}
-	r0, a0, err := sum()
+	r0, a0, err := sample()
 	if err != nil {
 		return nil, err
 	}
-	x0, t0 := cpu(pid), time.Now()
-	rss := 0.0
-	for time.Since(t0) < scaleDur && ctx.Err() == nil {
-		rss = math.Max(rss, rssMiB(pid))
+	e0, x0, t0 := cpu(c.EtcdPID()), cpu(pid), time.Now()
+	x := &cost{requests: map[string]float64{}}
+	for time.Since(t0) < dur && ctx.Err() == nil {
+		x.rss = math.Max(x.rss, rssMiB(pid))
 		sleep(ctx, time.Second)
 	}
 	dt := time.Since(t0).Seconds()
-	r1, a1, err := sum()
+	r1, a1, err := sample()
 	if err != nil {
 		return nil, err
 	}
-	return &scalePoint{requests: (r1 - r0) / dt, apiserver: 100 * (a1 - a0) / dt, cpu: 100 * (cpu(pid) - x0) / dt, rss: rss,
-		resources: float64(countSeries(e, "watchcache_resource_objects")), interval: probeInterval(e)}, ctx.Err()
+	for verb, n := range r1 {
+		x.requests[verb] = (n - r0[verb]) / dt
+	}
+	x.apiserver, x.etcd, x.cpu = 100*(a1-a0)/dt, 100*(cpu(c.EtcdPID())-e0)/dt, 100*(cpu(pid)-x0)/dt
+	x.resources, x.interval = float64(countSeries(e, "watchcache_resource_objects")), probeInterval(e)
+	x.compactions = e.metric("watchcache_resource_compaction_probes_total")
+	return x, ctx.Err()
 }
 
 // probeInterval is the longest resource probe interval the exporter reports.
@@ -294,11 +280,6 @@ func waitResources(ctx context.Context, c *testcluster.Cluster, n int) error {
 		return fmt.Errorf("%d served after 10 minutes, want %d: %w", got, n, err)
 	}
 	return nil
-}
-
-// requestsByVerb sums the apiserver's apiserver_request_total by verb.
-func requestsByVerb(ctx context.Context, c *testcluster.Cluster) (map[string]float64, error) {
-	return requestsOf(ctx, c.APIServer())
 }
 
 func requestsOf(ctx context.Context, a *testcluster.APIServer) (map[string]float64, error) {
