@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -112,19 +113,23 @@ func TestEveryResourceWindow(t *testing.T) {
 	var samples []sample
 	start := time.Now()
 	const total, steadyAfter = 210 * time.Second, 140 * time.Second
-	for time.Since(start) < total {
-		time.Sleep(5 * time.Second)
-		m := exp.Scrape(t)
-		// Each counter is timed by its own read: on a busy machine the
-		// four reads take seconds, and a counter timed a second late moves
-		// the rate over an 80 s window by more than 1%.
-		readAt := time.Now()
-		fams, err := a.Metrics(ctx)
+	// Each counter is timed by its own read, at the read's midpoint: on a
+	// busy machine a sample's four reads take seconds, and a counter timed
+	// a second late moves the rate over an 80 s window by more than 1%.
+	timedRead := func(read func(context.Context) (map[string]*dto.MetricFamily, error)) (map[string]*dto.MetricFamily, time.Time) {
+		t0 := time.Now()
+		fams, err := read(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		readAt = readAt.Add(time.Since(readAt) / 2)
-		s := sample{at: readAt, window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
+		return fams, t0.Add(time.Since(t0) / 2)
+	}
+	for time.Since(start) < total {
+		time.Sleep(5 * time.Second)
+		m := exp.Scrape(t)
+		fams, at := timedRead(a.Metrics)
+		var err error
+		s := sample{at: at, window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
 			lower: map[string]float64{}, cacheOn: map[string]float64{}}
 		for _, r := range watched {
 			s.window[r] = m.Value(t, "watchcache_window_seconds", "resource", r)
@@ -148,12 +153,8 @@ func TestEveryResourceWindow(t *testing.T) {
 		// labels: their events_received_total counts each write twice (100/s
 		// at 50 writes/s, measured). Their etcd holds nothing else, so its
 		// revision counts their writes once each.
-		readAt = time.Now()
-		eventsEtcd, err := c.EventsEtcdMetrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.eventsAt = readAt.Add(time.Since(readAt) / 2)
+		var eventsEtcd map[string]*dto.MetricFamily
+		eventsEtcd, s.eventsAt = timedRead(c.EventsEtcdMetrics)
 		if s.events["events"], err = testcluster.Value(eventsEtcd, "etcd_debugging_mvcc_current_revision", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func TestEveryResourceWindow(t *testing.T) {
 	// between the two samples around its start): a rate over any other
 	// span (a minute, say) differs from the window's own whenever the
 	// writers stall and catch up, as they do on a busy machine.
-	readAt := func(s sample, r string) time.Time {
+	readAt := func(s sample, r string) time.Time { // when r's counter was read
 		if r == "events" {
 			return s.eventsAt
 		}
