@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
@@ -136,13 +135,23 @@ func TestArticleOnRealPrometheus(t *testing.T) {
 		t.Errorf("reconnect from the latest BOOKMARK at the first 410: %v cycles with result ok, want 1 (%v)", n, first.Samples("watchcache_expiry_cycles_total", "bookmark_result"))
 	}
 	// Read as the window probe's answer arrives, the window in RVs is the
-	// capacity, plus the writes of others: the apiserver's own lease, and
-	// the exporter's Lease renewals (one per retry period).
-	renewals := window / leader.RetryPeriod.Seconds()
-	t.Logf("window %v RVs, estimated capacity %v: %+.2f%% and %+.2f%% against the capacity %v; %.0f Lease renewals in the window",
-		windowRVs, estimated, 100*(windowRVs-capacity)/capacity, 100*(estimated-capacity)/capacity, capacity, renewals)
-	if d := windowRVs - capacity - renewals; math.Abs(d) > 0.003*capacity {
-		t.Errorf("window_resource_versions %v, want within 0.3%% of the capacity %v plus %.0f Lease renewals", windowRVs, capacity, renewals)
+	// capacity's ConfigMap events plus everything else etcd wrote between
+	// them (the exporter's Lease renewals, the apiserver's own): etcd's own
+	// history says which.
+	oldest := first.Value(t, "watchcache_oldest_resource_version", "resource", "configmaps")
+	newest := first.Value(t, "watchcache_newest_resource_version")
+	if newest-oldest != windowRVs {
+		t.Errorf("window_resource_versions %v, want newest_resource_version %v - oldest_resource_version %v", windowRVs, newest, oldest)
+	}
+	writes, err := c.EtcdWrites(ctx, uint64(oldest), uint64(newest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := float64(writes["configmaps"])
+	t.Logf("window %v RVs, estimated capacity %v: %+.2f%% and %+.2f%% against the capacity %v; etcd's writes in (%v, %v] by resource: %v",
+		windowRVs, estimated, 100*(windowRVs-capacity)/capacity, 100*(estimated-capacity)/capacity, capacity, oldest, newest, writes)
+	if math.Abs(configMaps-capacity) > 0.003*capacity {
+		t.Errorf("etcd wrote %v ConfigMaps in the window (%v, %v], want within 0.3%% of the capacity %v: the newest RV was read late or early", configMaps, oldest, newest, capacity)
 	}
 	if math.Abs(estimated-capacity) > 0.003*capacity {
 		t.Errorf("estimated_capacity_events %v, want within 0.3%% of the capacity %v", estimated, capacity)
