@@ -11,15 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 )
 
 // Discover keeps fleet measuring the endpoints of the default/kubernetes
 // Service (one per apiserver instance) until ctx ends: it syncs the fleet at
 // each change of the EndpointSlices, and expires the endpoints absent for
 // the grace period between changes.
-func Discover(ctx context.Context, client discoveryv1client.EndpointSlicesGetter, fleet *Fleet, log logr.Logger) {
+func Discover(ctx context.Context, client kube.EndpointSlicesGetter, fleet *Fleet, log logr.Logger) {
 	selector := discoveryv1.LabelServiceName + "=kubernetes"
 	slices := client.EndpointSlices(metav1.NamespaceDefault)
 	lw := &cache.ListWatch{

@@ -20,9 +20,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
@@ -63,7 +63,7 @@ const farTooOldRV = "1"
 // Collector runs the measurement; see the package comment.
 type Collector struct {
 	cfg    Config
-	client corev1client.CoreV1Interface
+	client kube.Core
 	store  *owned.Store
 	hist   *rvclock.History
 	rate   func() float64
@@ -98,7 +98,7 @@ type Collector struct {
 // shared with the load writer, whose patches teach it when each RV was
 // written, and with the Collectors of other apiservers; rate is the write
 // rate the prediction takes.
-func New(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, hist *rvclock.History, rate func() float64, reg prometheus.Registerer, log logr.Logger) (*Collector, error) {
+func New(cfg Config, client kube.Core, store *owned.Store, hist *rvclock.History, rate func() float64, reg prometheus.Registerer, log logr.Logger) (*Collector, error) {
 	if cfg.ProbeInterval <= 0 {
 		return nil, errors.New("ProbeInterval must be positive")
 	}

@@ -9,10 +9,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 func BenchmarkRecordProbe(b *testing.B) {
-	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, fake.NewClientset().CoreV1(), nil, rvclock.NewHistory(16), func() float64 { return 0 }, prometheus.NewRegistry(), logr.Discard())
+	c, err := New(Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second}, typed.Core(fake.NewClientset().CoreV1()), nil, rvclock.NewHistory(16), func() float64 { return 0 }, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 	"github.com/watchcache/watchcache-exporter/test/fakecache"
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 const quiet = "quiet"
@@ -51,7 +52,7 @@ func start(t *testing.T, srv *fakecache.Server, cfg collector.Config, loadEvery 
 		cfg.WatchTimeoutMin, cfg.WatchTimeoutMax = time.Hour, time.Hour
 	}
 	r := &run{srv: srv, reg: prometheus.NewRegistry(), hist: rvclock.NewHistory(1 << 12)}
-	c, err := collector.New(cfg, srv.CoreV1(), owned.NewStore("ns", quiet, r.reg, logr.Discard(), time.Now), r.hist, func() float64 { return 10 }, r.reg, logr.Discard())
+	c, err := collector.New(cfg, typed.Core(srv.CoreV1()), owned.NewStore("ns", quiet, r.reg, logr.Discard(), time.Now), r.hist, func() float64 { return 10 }, r.reg, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 )
 
@@ -68,7 +68,7 @@ type Prober struct {
 type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 
 // NewProber probes ns/name through client.
-func NewProber(client corev1client.ConfigMapsGetter, ns, name string, settle time.Duration) *Prober {
+func NewProber(client kube.ConfigMapsGetter, ns, name string, settle time.Duration) *Prober {
 	return NewWatchProber(client.ConfigMaps(ns).Watch, metav1.ListOptions{FieldSelector: owned.NameSelector(name)}, settle)
 }
 

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
@@ -62,7 +62,7 @@ const (
 type watcher struct {
 	name       string
 	bookmarks  bool
-	client     corev1client.ConfigMapsGetter
+	client     kube.ConfigMapsGetter
 	ns         string
 	opts       metav1.ListOptions
 	m          *Metrics

@@ -24,12 +24,7 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
 	apiversion "k8s.io/apimachinery/pkg/version"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,6 +33,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/finalanswer"
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/preflight"
@@ -85,7 +81,7 @@ type parts struct {
 	cfg    config
 	log    logr.Logger
 	slog   *slog.Logger
-	core   corev1client.CoreV1Interface // the measurement's client
+	core   kube.Core // the measurement's client
 	store  *owned.Store
 	leader *leader.Elector
 	hist   *rvclock.History
@@ -99,7 +95,7 @@ type parts struct {
 	mux       http.Handler
 	probes    http.Handler // the probes alone, for --web.probe-address
 	// Either discovery finds the apiservers, or they are fixed.
-	discovery discoveryv1client.EndpointSlicesGetter
+	discovery kube.EndpointSlicesGetter
 	endpoints []apiservers.Endpoint
 	// stopBy is when the shutdown must be done (unix ns; 0 until it begins).
 	stopBy atomic.Int64
@@ -139,31 +135,25 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	measureCfg.QPS, measureCfg.Burst = 20, 40
 	loadCfg := rest.CopyConfig(restCfg)
 	loadCfg.QPS, loadCfg.Burst = load.ClientQPS(cfg.loadMaxRate)
-	core, err := corev1client.NewForConfig(measureCfg)
+	// One client for the measurement, its Lease and the start's RBAC check;
+	// their requests share its rate limit.
+	measure, err := kube.NewForConfig(measureCfg)
 	if err != nil {
 		return nil, err
 	}
-	loadCore, err := corev1client.NewForConfig(loadCfg)
-	if err != nil {
-		return nil, err
-	}
-	authz, err := authorizationv1client.NewForConfig(measureCfg)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := coordinationv1client.NewForConfig(measureCfg)
+	loadCore, err := kube.NewForConfig(loadCfg)
 	if err != nil {
 		return nil, err
 	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	sv, err := serverVersion(startCtx, core.RESTClient())
+	sv, err := serverVersion(startCtx, measure.RESTClient())
 	if err != nil {
 		return nil, fmt.Errorf("apiserver %s unreachable: %w", restCfg.Host, err)
 	}
 	log.Info("connected", "apiserver", restCfg.Host, "serverVersion", sv.GitVersion, "mode", cfg.mode())
-	p := &parts{cfg: cfg, log: log, slog: slogger, core: core}
+	p := &parts{cfg: cfg, log: log, slog: slogger, core: measure}
 	// The resource probes (a watch per resource, interval and apiserver)
 	// and object counts (a list per resource and interval) have clients of
 	// their own, paced to --resources.budget (resources.Pace) and each
@@ -183,7 +173,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		}
 		atStart = p.resources.Current()
 	}
-	if err := preflight.Check(startCtx, authz, neededAccess(cfg, atStart)); err != nil {
+	if err := preflight.Check(startCtx, measure, neededAccess(cfg, atStart)); err != nil {
 		return nil, err
 	}
 
@@ -195,7 +185,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	// The check of up to 1001 names at start, unthrottled but 8 at a time.
 	checkCfg := rest.CopyConfig(restCfg)
 	checkCfg.QPS = -1
-	checkCore, err := corev1client.NewForConfig(checkCfg)
+	checkCore, err := kube.NewForConfig(checkCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +194,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
 		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }},
-		leases, regs, log.WithName("leader")); err != nil {
+		measure, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
 	regs.MustRegister(
@@ -229,7 +219,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		// Each probe and watch sees its own answer: a 429 is counted as
 		// one, and the pause it asks for is taken by our loops.
 		epCfg.Wrap(finalanswer.Wrap)
-		epCore, err := corev1client.NewForConfig(epCfg)
+		epCore, err := kube.NewForConfig(epCfg)
 		if err != nil {
 			return nil, err
 		}
@@ -264,9 +254,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	}
 	switch cfg.apiservers {
 	case "discover":
-		if p.discovery, err = discoveryv1client.NewForConfig(measureCfg); err != nil {
-			return nil, err
-		}
+		p.discovery = measure
 	case "":
 		u, err := url.Parse(restCfg.Host)
 		if err != nil {
@@ -379,7 +367,7 @@ func (p *parts) ready() error {
 // resolveResources finds the resources of --resources through discovery,
 // and returns them as a Set that reads discovery again when it runs.
 func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log logr.Logger) (*resources.Set, error) {
-	disc, err := discovery.NewDiscoveryClientForConfig(resCfg)
+	disc, err := kube.NewForConfig(resCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +389,7 @@ func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log 
 
 // refuseNotOwned fails when quiet or a noise object exists without the
 // exporter's marks: somebody else's object, which it must not write.
-func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c corev1client.CoreV1Interface) error {
+func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c kube.Core) error {
 	var msgs []string
 	theirs, err := store.NotOwned(ctx, c, cfg.quietName)
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
@@ -92,7 +92,7 @@ type Observer interface {
 type Writer struct {
 	cfg    Config
 	names  []string
-	client corev1client.CoreV1Interface
+	client kube.Core
 	store  *owned.Store
 	clock  Observer
 	log    logr.Logger
@@ -108,7 +108,7 @@ type Writer struct {
 // NewWriter validates cfg and registers the load metrics on reg. client
 // must allow cfg.MaxRate requests/s (see ClientQPS); store says which noise
 // objects are the exporter's to write.
-func NewWriter(cfg Config, client corev1client.CoreV1Interface, store *owned.Store, clock Observer, reg prometheus.Registerer, log logr.Logger) (*Writer, error) {
+func NewWriter(cfg Config, client kube.Core, store *owned.Store, clock Observer, reg prometheus.Registerer, log logr.Logger) (*Writer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 	"github.com/watchcache/watchcache-exporter/test/fakecache"
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 func runWriter(t *testing.T, srv *fakecache.Server, rate float64, d time.Duration) *prometheus.Registry {
@@ -31,7 +32,7 @@ func runWriterWith(t *testing.T, srv *fakecache.Server, objects int, rate float6
 	reg := prometheus.NewRegistry()
 	store := owned.NewStore("ns", "quiet", reg, logr.Discard(), time.Now)
 	w, err := load.NewWriter(load.Config{Namespace: "ns", Prefix: "noise-", Objects: objects, Schedule: load.Constant(rate), MaxRate: 100},
-		srv.CoreV1(), store, rvclock.NewHistory(100), reg, logr.Discard())
+		typed.Core(srv.CoreV1()), store, rvclock.NewHistory(100), reg, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 	"github.com/watchcache/watchcache-exporter/test/promtest"
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 func TestGeneratedFilesUpToDate(t *testing.T) {
@@ -58,14 +59,14 @@ func registeredNames(t *testing.T) map[string]bool {
 	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
 	resources.NewObjects(nil, res.Resources, hist, nil, rec, logr.Discard())
-	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, fake.NewClientset().CoreV1(), store, hist, rates.Rate,
+	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate,
 		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, store, hist, rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leader.New(leader.Config{Namespace: "ns", Name: "q", Identity: "me"}, fake.NewClientset().CoordinationV1(), rec, logr.Discard()); err != nil {
+	if _, err := leader.New(leader.Config{Namespace: "ns", Name: "q", Identity: "me"}, typed.Leases(fake.NewClientset().CoordinationV1()), rec, logr.Discard()); err != nil {
 		t.Fatal(err)
 	}
 	apiservers.NewFleet(nil, time.Minute, clock.RealClock{}, rec, logr.Discard())

@@ -16,8 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 )
 
 // Resource is one resource type the apiserver serves with list and watch.
@@ -107,6 +108,12 @@ func parseName(s string) (Name, error) {
 	return Name{Group: group, Resource: res}, nil
 }
 
+// Discovery is what Resolve reads: every group the apiserver serves, and the
+// resources of each version (kube.Client).
+type Discovery interface {
+	ServerGroupsAndResources(ctx context.Context) ([]*metav1.APIGroup, []*metav1.APIResourceList, error)
+}
+
 // Resolve finds the version and scope of each resource spec names, from
 // discovery; for All, every resource served with list and watch, without
 // subresources and without the groups aggregated apiservers serve (they
@@ -114,18 +121,18 @@ func parseName(s string) (Name, error) {
 // serve, or serves without list or watch, is an error that names it; the
 // resources returned with it are those it does serve. Only when discovery
 // itself fails are they nil.
-func Resolve(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, spec Spec) ([]Resource, error) {
+func Resolve(ctx context.Context, disc Discovery, dyn dynamic.Interface, spec Spec) ([]Resource, error) {
 	if spec.Empty() {
 		return nil, nil
 	}
-	groups, lists, err := disc.ServerGroupsAndResources()
+	groups, lists, err := disc.ServerGroupsAndResources(ctx)
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	// A failed group (an aggregated apiserver down) leaves the others usable;
 	// it is an error only when a named resource is in it.
 	var failed map[schema.GroupVersion]error
-	var gd *discovery.ErrGroupDiscoveryFailed
+	var gd *kube.StaleGroupsError
 	if errors.As(err, &gd) {
 		failed = gd.Groups
 	} else if err != nil {

@@ -6,8 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 )
@@ -15,7 +15,7 @@ import (
 // Poll teaches the clock without writing: every interval a list of the
 // quiet ConfigMap (limit 1) returns the cluster's current RV. Passive mode
 // needs it, since the exporter then writes nothing that would.
-func Poll(ctx context.Context, client corev1client.ConfigMapsGetter, ns, quiet string, interval time.Duration, hist *History, errLog *ratelog.Logger) {
+func Poll(ctx context.Context, client kube.ConfigMapsGetter, ns, quiet string, interval time.Duration, hist *History, errLog *ratelog.Logger) {
 	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		rv, err := CurrentRV(ctx, client, ns, quiet)
 		if err == nil {
@@ -30,7 +30,7 @@ func Poll(ctx context.Context, client corev1client.ConfigMapsGetter, ns, quiet s
 // CurrentRV is the main etcd's current RV (the ConfigMaps'): the RV of a
 // list of the quiet ConfigMap, limit 1. Such a list is a consistent read: its
 // RV is at least etcd's revision when it was sent, and at most when answered.
-func CurrentRV(ctx context.Context, client corev1client.ConfigMapsGetter, ns, quiet string) (uint64, error) {
+func CurrentRV(ctx context.Context, client kube.ConfigMapsGetter, ns, quiet string) (uint64, error) {
 	l, err := client.ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: owned.NameSelector(quiet), Limit: 1})
 	if err != nil {
 		return 0, err

@@ -15,9 +15,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -53,13 +53,13 @@ func ceiling(ctx context.Context, r *report, exe string) error {
 	const capRate = load.MaxRateLimit
 	cfg := &rest.Config{Host: "http://" + addr}
 	cfg.QPS, cfg.Burst = load.ClientQPS(capRate)
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kube.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	hist := rvclock.NewHistory(1 << 18)
 	w, err := load.NewWriter(load.Config{Namespace: ns, Prefix: "noise-", Objects: 8, Schedule: load.Constant(capRate), MaxRate: capRate},
-		cs.CoreV1(), owned.NewStore(ns, "quiet", prometheus.NewRegistry(), logr.Discard(), time.Now), hist, prometheus.NewRegistry(), logr.Discard())
+		cs, owned.NewStore(ns, "quiet", prometheus.NewRegistry(), logr.Discard(), time.Now), hist, prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		return err
 	}

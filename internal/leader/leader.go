@@ -1,6 +1,6 @@
 // Package leader keeps one writer per namespace and quiet name: a
-// coordination.k8s.io Lease held through client-go's leader election, for the
-// life of the process. Only the holder writes; a standby writes and touches
+// coordination.k8s.io Lease held for the life of the process, by the
+// algorithm of client-go's leader election (term.go). Only the holder writes; a standby writes and touches
 // nothing until it takes the Lease over.
 package leader
 
@@ -20,11 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/klog/v2"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
@@ -68,7 +65,7 @@ func Identity() string {
 // Elector campaigns for the Lease.
 type Elector struct {
 	cfg    Config
-	client coordinationv1client.LeasesGetter
+	client kube.LeasesGetter
 	log    logr.Logger
 	leader prometheus.Gauge
 	lead   atomic.Bool
@@ -76,7 +73,7 @@ type Elector struct {
 }
 
 // New validates cfg and registers watchcache_exporter_leader on reg.
-func New(cfg Config, client coordinationv1client.LeasesGetter, reg prometheus.Registerer, log logr.Logger) (*Elector, error) {
+func New(cfg Config, client kube.LeasesGetter, reg prometheus.Registerer, log logr.Logger) (*Elector, error) {
 	if cfg.Namespace == "" || cfg.Name == "" || cfg.Identity == "" {
 		return nil, errors.New("leader: Namespace, Name and Identity are required")
 	}
@@ -87,9 +84,8 @@ func New(cfg Config, client coordinationv1client.LeasesGetter, reg prometheus.Re
 		leader: promauto.With(reg).NewGauge(promopts.Gauge("exporter_leader",
 			"1 while this exporter holds the Lease of its namespace and quiet name and so writes the load and runs the measurement; 0 on a standby.")),
 	}
-	// A check of the timing, with the lock it will use.
-	if _, err := e.elector(func(context.Context) {}); err != nil {
-		return nil, err
+	if cfg.RetryPeriod <= 0 || float64(cfg.RenewDeadline) <= jitter*float64(cfg.RetryPeriod) || cfg.LeaseDuration <= cfg.RenewDeadline {
+		return nil, fmt.Errorf("leader: want LeaseDuration %s > RenewDeadline %s > %v x RetryPeriod %s > 0", cfg.LeaseDuration, cfg.RenewDeadline, jitter, cfg.RetryPeriod)
 	}
 	return e, nil
 }
@@ -121,9 +117,10 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, held f
 	}
 }
 
-// campaign is one leaderelection.Run: until the Lease is lost, or ctx ends.
+// campaign is one term: acquire the Lease, lead while it is renewed, until
+// a renewal fails for RenewDeadline or ctx ends.
 func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, held func() bool)) {
-	electCtx, cancelElect := context.WithCancel(klog.NewContext(context.Background(), e.log))
+	electCtx, cancelElect := context.WithCancel(context.Background())
 	defer cancelElect()
 	var (
 		mu       sync.Mutex
@@ -168,12 +165,15 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 			e.log.Info("lost the lease: stopped writing and measuring; the objects stay for the next holder", "lease", e.cfg.Namespace+"/"+e.cfg.Name)
 		}
 	}
-	le, err := e.elector(onStarted)
-	if err != nil { // checked in New
-		e.log.Error(err, "leader election")
-		return
+	t := &term{e: e}
+	if t.acquire(electCtx) {
+		lctx, cancelLead := context.WithCancel(electCtx)
+		var wg sync.WaitGroup
+		wg.Go(func() { onStarted(lctx) })
+		t.renew(lctx)
+		cancelLead()
+		wg.Wait()
 	}
-	le.Run(electCtx)
 	mu.Lock()
 	over = true
 	done := leadDone
@@ -184,36 +184,6 @@ func (e *Elector) campaign(ctx context.Context, lead func(ctx context.Context, h
 	if released {
 		e.deleteHeld()
 	}
-}
-
-func (e *Elector) elector(onStarted func(context.Context)) (*leaderelection.LeaderElector, error) {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
-		Client:     e.client,
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
-		Labels:     map[string]string{owned.ManagedByLabel: owned.ManagedBy},
-	}
-	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:          lock,
-		Name:          e.cfg.Namespace + "/" + e.cfg.Name,
-		LeaseDuration: e.cfg.LeaseDuration,
-		RenewDeadline: e.cfg.RenewDeadline,
-		RetryPeriod:   e.cfg.RetryPeriod,
-		// Not client-go's release: it may wait RenewDeadline for an
-		// apiserver that does not answer. deleteHeld keeps to the
-		// shutdown's budget.
-		ReleaseOnCancel: false,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: onStarted,
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				e.holder.Store(id)
-				if id != e.cfg.Identity {
-					e.log.Info("standby: another exporter holds the lease", "lease", e.cfg.Namespace+"/"+e.cfg.Name, "holder", id)
-				}
-			},
-		},
-	})
 }
 
 // deleteHeld deletes the Lease on shutdown if this process still holds it,

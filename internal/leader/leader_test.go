@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 // candidate is one exporter process: an Elector and what its lead saw.
@@ -32,7 +34,7 @@ type candidate struct {
 
 func start(t *testing.T, cs *fake.Clientset, id string) *candidate {
 	t.Helper()
-	e, err := New(Config{Namespace: "ns", Name: "quiet", Identity: id}, cs.CoordinationV1(), prometheus.NewRegistry(), logr.Discard())
+	e, err := New(Config{Namespace: "ns", Name: "quiet", Identity: id}, typed.Leases(cs.CoordinationV1()), prometheus.NewRegistry(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
@@ -114,7 +114,7 @@ func (s *Store) newConfigMap(name, role string) *corev1.ConfigMap {
 // NotOwned returns those of names that exist without this exporter's marks;
 // missing ones are fine (they will be created). It reads up to 8 at once, so
 // that a thousand names take a second at start, not the client's QPS.
-func (s *Store) NotOwned(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) ([]string, error) {
+func (s *Store) NotOwned(ctx context.Context, c kube.ConfigMapsGetter, names ...string) ([]string, error) {
 	theirs := make([]bool, len(names))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -201,7 +201,7 @@ func (s *Store) Ready() error {
 
 // Usable says whether name may be written now. A lost name is looked at again
 // every 30 s, and recreated if it was deleted.
-func (s *Store) Usable(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) bool {
+func (s *Store) Usable(ctx context.Context, c kube.ConfigMapsGetter, name, role string) bool {
 	s.mu.Lock()
 	checked, lost := s.lost[name]
 	due := lost && s.now().Sub(checked) >= recheckEvery
@@ -221,7 +221,7 @@ func (s *Store) Usable(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 
 // Ensure gets name, creating it when missing. created says whether it did.
 // An existing object that is not ours is ErrNotOwned.
-func (s *Store) Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
+func (s *Store) Ensure(ctx context.Context, c kube.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
 	cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		cm, err = c.ConfigMaps(s.ns).Create(ctx, s.newConfigMap(name, role), metav1.CreateOptions{})
@@ -247,7 +247,7 @@ func (s *Store) Ensure(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 // resourceVersion is no such point: it may be older than the watch cache.
 // A missing object is created first; created says whether it was. An object
 // that is not ours is only read: the RV comes back with ErrNotOwned.
-func (s *Store) Relist(ctx context.Context, c corev1client.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
+func (s *Store) Relist(ctx context.Context, c kube.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
 	l, err := c.ConfigMaps(s.ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
 	if err != nil {
 		return 0, false, err
@@ -276,7 +276,7 @@ func (s *Store) Relist(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 // ErrNotOwned. It does not retry: a 429 or 5xx comes back to the caller,
 // which decides when to try again (client-go would otherwise retry 429s by
 // itself, hiding the throttling that we want to count).
-func (s *Store) SetSeq(ctx context.Context, c corev1client.CoreV1Interface, name, value string) (uint64, error) {
+func (s *Store) SetSeq(ctx context.Context, c kube.Core, name, value string) (uint64, error) {
 	body := s.seqPatch(value)
 	var rv uint64
 	var err error
@@ -315,7 +315,7 @@ func (s *Store) seqPatch(value string) []byte {
 // that the read's resourceVersion guards, so that an object whose marks go
 // between the two is not written. It returns the new RV; an object that is
 // not ours is ErrNotOwned, and a missing one the NotFound error.
-func (s *Store) Touch(ctx context.Context, c corev1client.ConfigMapsGetter, name, key, value string) (uint64, error) {
+func (s *Store) Touch(ctx context.Context, c kube.ConfigMapsGetter, name, key, value string) (uint64, error) {
 	for try := 1; ; try++ {
 		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -343,7 +343,7 @@ func (s *Store) Touch(ctx context.Context, c corev1client.ConfigMapsGetter, name
 // the UID and resourceVersion it was read with, so that an object replaced
 // or taken over since the read is not deleted. Missing ones are no error;
 // ones not ours are left, and logged. left names those it could not delete.
-func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, names ...string) (left []string, err error) {
+func (s *Store) Delete(ctx context.Context, c kube.ConfigMapsGetter, names ...string) (left []string, err error) {
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	// At once, not in turn: against an apiserver that does not answer, a
@@ -364,7 +364,7 @@ func (s *Store) Delete(ctx context.Context, c corev1client.ConfigMapsGetter, nam
 	return left, errors.Join(errs...)
 }
 
-func (s *Store) delete(ctx context.Context, c corev1client.ConfigMapsGetter, name string) error {
+func (s *Store) delete(ctx context.Context, c kube.ConfigMapsGetter, name string) error {
 	for try := 1; ; try++ {
 		cm, err := c.ConfigMaps(s.ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/watchcache/watchcache-exporter/test/fakecache"
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 type fakeClock struct{ t time.Time }
@@ -56,7 +57,7 @@ func TestSeqPatch(t *testing.T) {
 func TestNotOwned(t *testing.T) {
 	s, cs, _, _ := newTestStore(t)
 	ctx := t.Context()
-	if _, _, err := s.Ensure(ctx, cs.CoreV1(), "mine", RoleNoise); err != nil {
+	if _, _, err := s.Ensure(ctx, typed.Core(cs.CoreV1()), "mine", RoleNoise); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs("other"), metav1.CreateOptions{}); err != nil {
@@ -64,10 +65,10 @@ func TestNotOwned(t *testing.T) {
 	}
 	// An object of another exporter (same label, another owner) is not ours.
 	other := NewStore("ns", "quiet2", prometheus.NewRegistry(), logr.Discard(), time.Now)
-	if _, _, err := other.Ensure(ctx, cs.CoreV1(), "another", RoleNoise); err != nil {
+	if _, _, err := other.Ensure(ctx, typed.Core(cs.CoreV1()), "another", RoleNoise); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.NotOwned(ctx, cs.CoreV1(), "mine", "other", "missing", "another")
+	got, err := s.NotOwned(ctx, typed.Core(cs.CoreV1()), "mine", "other", "missing", "another")
 	if err != nil || !reflect.DeepEqual(got, []string{"other", "another"}) {
 		t.Errorf("NotOwned = %v, %v; want [other another]", got, err)
 	}
@@ -80,13 +81,13 @@ func TestNotOwned(t *testing.T) {
 			want = append(want, name)
 			_, err = cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs(name), metav1.CreateOptions{})
 		} else if i%2 == 0 {
-			_, _, err = s.Ensure(ctx, cs.CoreV1(), name, RoleNoise)
+			_, _, err = s.Ensure(ctx, typed.Core(cs.CoreV1()), name, RoleNoise)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, err := s.NotOwned(ctx, cs.CoreV1(), names...); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := s.NotOwned(ctx, typed.Core(cs.CoreV1()), names...); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("NotOwned of 200 = %v, %v; want %v", got, err, want)
 	}
 }
@@ -95,10 +96,10 @@ func TestLostAndBack(t *testing.T) {
 	s, cs, clk, reg := newTestStore(t)
 	ctx := t.Context()
 	cms := cs.CoreV1().ConfigMaps("ns")
-	if _, created, err := s.Ensure(ctx, cs.CoreV1(), "n0", RoleNoise); err != nil || !created {
+	if _, created, err := s.Ensure(ctx, typed.Core(cs.CoreV1()), "n0", RoleNoise); err != nil || !created {
 		t.Fatalf("Ensure: created %v, %v", created, err)
 	}
-	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "1"); err != nil {
+	if _, err := s.SetSeq(ctx, typed.Core(cs.CoreV1()), "n0", "1"); err != nil {
 		t.Fatal(err)
 	}
 	// Somebody takes it: the marks go, and their data stays as it is.
@@ -108,7 +109,7 @@ func TestLostAndBack(t *testing.T) {
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "2"); !errors.Is(err, ErrNotOwned) {
+	if _, err := s.SetSeq(ctx, typed.Core(cs.CoreV1()), "n0", "2"); !errors.Is(err, ErrNotOwned) {
 		t.Fatalf("SetSeq on a taken object: %v, want ErrNotOwned", err)
 	}
 	if got, _ := cms.Get(ctx, "n0", metav1.GetOptions{}); !reflect.DeepEqual(got.Data, map[string]string{"theirs": "x"}) {
@@ -124,10 +125,10 @@ watchcache_objects_lost 1
 	if err := s.Ready(); err == nil || !strings.Contains(err.Error(), "n0") {
 		t.Errorf("Ready = %v, want n0 named", err)
 	}
-	if s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+	if s.Usable(ctx, typed.Core(cs.CoreV1()), "n0", RoleNoise) {
 		t.Error("a lost object is usable")
 	}
-	if left, err := s.Delete(ctx, cs.CoreV1(), "n0"); err != nil || len(left) > 0 {
+	if left, err := s.Delete(ctx, typed.Core(cs.CoreV1()), "n0"); err != nil || len(left) > 0 {
 		t.Errorf("Delete of a taken object: %v, left %q; want it left without an error", err, left)
 	}
 	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err != nil {
@@ -138,20 +139,20 @@ watchcache_objects_lost 1
 		t.Fatal(err)
 	}
 	clk.t = clk.t.Add(recheckEvery - time.Second)
-	if s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+	if s.Usable(ctx, typed.Core(cs.CoreV1()), "n0", RoleNoise) {
 		t.Error("rechecked before the interval")
 	}
 	clk.t = clk.t.Add(recheckEvery)
-	if !s.Usable(ctx, cs.CoreV1(), "n0", RoleNoise) {
+	if !s.Usable(ctx, typed.Core(cs.CoreV1()), "n0", RoleNoise) {
 		t.Error("not usable again after its deletion and the interval")
 	}
 	if s.Ready() != nil || len(s.Lost()) != 0 || testutil.ToFloat64(s.lostGauge) != 0 {
 		t.Errorf("still lost: %v", s.Lost())
 	}
-	if _, err := s.SetSeq(ctx, cs.CoreV1(), "n0", "3"); err != nil {
+	if _, err := s.SetSeq(ctx, typed.Core(cs.CoreV1()), "n0", "3"); err != nil {
 		t.Errorf("SetSeq after taking it back: %v", err)
 	}
-	if _, err := s.Delete(ctx, cs.CoreV1(), "n0", "never-made"); err != nil {
+	if _, err := s.Delete(ctx, typed.Core(cs.CoreV1()), "n0", "never-made"); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
 	if _, err := cms.Get(ctx, "n0", metav1.GetOptions{}); err == nil {
@@ -162,23 +163,23 @@ watchcache_objects_lost 1
 func TestTouchAndRelist(t *testing.T) {
 	s, cs, _, _ := newTestStore(t)
 	ctx := t.Context()
-	if _, created, err := s.Relist(ctx, cs.CoreV1(), "quiet", RoleQuiet); err != nil || !created {
+	if _, created, err := s.Relist(ctx, typed.Core(cs.CoreV1()), "quiet", RoleQuiet); err != nil || !created {
 		t.Fatalf("Relist: created %v, %v", created, err)
 	}
-	if _, err := s.Touch(ctx, cs.CoreV1(), "quiet", "touched", "now"); err != nil {
+	if _, err := s.Touch(ctx, typed.Core(cs.CoreV1()), "quiet", "touched", "now"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Touch(ctx, cs.CoreV1(), "absent", "touched", "now"); err == nil {
+	if _, err := s.Touch(ctx, typed.Core(cs.CoreV1()), "absent", "touched", "now"); err == nil {
 		t.Error("Touch of a missing object: no error")
 	}
 	made, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs("q2"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Touch(ctx, cs.CoreV1(), "q2", "touched", "now"); !errors.Is(err, ErrNotOwned) {
+	if _, err := s.Touch(ctx, typed.Core(cs.CoreV1()), "q2", "touched", "now"); !errors.Is(err, ErrNotOwned) {
 		t.Errorf("Touch of theirs: %v, want ErrNotOwned", err)
 	}
-	if _, _, err := s.Relist(ctx, cs.CoreV1(), "q2", RoleQuiet); !errors.Is(err, ErrNotOwned) {
+	if _, _, err := s.Relist(ctx, typed.Core(cs.CoreV1()), "q2", RoleQuiet); !errors.Is(err, ErrNotOwned) {
 		t.Errorf("Relist of theirs: %v, want ErrNotOwned", err)
 	}
 	if got := cs.Get("q2"); got.ResourceVersion != made.ResourceVersion || !reflect.DeepEqual(got.Data, theirs("q2").Data) {
@@ -209,7 +210,7 @@ func BenchmarkSeqPatch(b *testing.B) {
 func TestDeleteHonoursUID(t *testing.T) {
 	s, srv, _, _ := newTestStore(t)
 	ctx := t.Context()
-	if _, _, err := s.Ensure(ctx, srv.CoreV1(), "n0", RoleNoise); err != nil {
+	if _, _, err := s.Ensure(ctx, typed.Core(srv.CoreV1()), "n0", RoleNoise); err != nil {
 		t.Fatal(err)
 	}
 	replaced := false
@@ -222,7 +223,7 @@ func TestDeleteHonoursUID(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if _, err := s.Delete(ctx, srv.CoreV1(), "n0"); err != nil {
+	if _, err := s.Delete(ctx, typed.Core(srv.CoreV1()), "n0"); err != nil {
 		t.Errorf("Delete: %v", err)
 	}
 	if got := srv.Get("n0"); got == nil || got.UID != "their-uid" {
@@ -238,7 +239,7 @@ func TestDeleteNamesWhatIsLeft(t *testing.T) {
 	srv.Client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("no answer")
 	})
-	left, err := s.Delete(t.Context(), srv.CoreV1(), "n0", "n1", "q")
+	left, err := s.Delete(t.Context(), typed.Core(srv.CoreV1()), "n0", "n1", "q")
 	if err == nil || !slices.Equal(left, []string{"n0", "n1", "q"}) {
 		t.Errorf("Delete = %q, %v; want all three left, and an error", left, err)
 	}

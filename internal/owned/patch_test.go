@@ -15,8 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 )
 
 // SetSeq over HTTP: the patch the apiserver gets, the RV of its answer, and
@@ -47,7 +48,7 @@ func TestSetSeqHTTP(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c, err := corev1client.NewForConfig(&rest.Config{Host: srv.URL})
+	c, err := kube.NewForConfig(&rest.Config{Host: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
+	"github.com/watchcache/watchcache-exporter/internal/kube"
 )
 
 // Access is one verb on one object (Name "" for create, which RBAC cannot
@@ -24,10 +24,7 @@ type Access struct {
 
 // Client is what Check asks: both reviews, which every authenticated user
 // may create.
-type Client interface {
-	authorizationv1client.SelfSubjectRulesReviewsGetter
-	authorizationv1client.SelfSubjectAccessReviewsGetter
-}
+type Client = kube.Reviews
 
 // Check returns an error naming each needed request that is not allowed. It
 // asks for the rules of each namespace once (SelfSubjectRulesReview), so its
@@ -61,9 +58,9 @@ func Check(ctx context.Context, client Client, needed []Access) error {
 		}
 		st, ok := rules[a.Namespace]
 		if !ok {
-			r, err := client.SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+			r, err := client.CreateRulesReview(ctx, &authorizationv1.SelfSubjectRulesReview{
 				Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: a.Namespace},
-			}, metav1.CreateOptions{})
+			})
 			if err != nil {
 				return fmt.Errorf("checking RBAC (create selfsubjectrulesreviews.authorization.k8s.io): %w", err)
 			}
@@ -131,11 +128,11 @@ func matches(values []string, v string) bool {
 }
 
 func review(ctx context.Context, client Client, a Access) (bool, error) {
-	r, err := client.SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+	r, err := client.CreateAccessReview(ctx, &authorizationv1.SelfSubjectAccessReview{
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: a.Namespace, Verb: a.Verb, Group: a.Group, Resource: a.Resource, Name: a.Name,
 		}},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		return false, fmt.Errorf("checking RBAC (create selfsubjectaccessreviews.authorization.k8s.io): %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 func TestAllows(t *testing.T) {
@@ -90,7 +92,7 @@ func TestCheckManyResources(t *testing.T) {
 				r.Status.Allowed = tc.allow(r.Spec.ResourceAttributes)
 				return true, r, nil
 			})
-			err := Check(t.Context(), cs.AuthorizationV1(), needed)
+			err := Check(t.Context(), typed.Reviews(cs.AuthorizationV1()), needed)
 			if reviews != tc.reviews {
 				t.Errorf("%d access reviews, want %d", reviews, tc.reviews)
 			}
