@@ -197,6 +197,11 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		measure, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
+	if theirs, err := p.leader.NotOurs(startCtx); err != nil {
+		return nil, fmt.Errorf("reading the lease %s/%s: %w", cfg.namespace, cfg.quietName, err)
+	} else if theirs {
+		return nil, fmt.Errorf("lease %s/%s exists and is not this exporter's: choose another name with --quiet.name; left as it is (the exporter's own carries the label %s)", cfg.namespace, cfg.quietName, owned.ManagedBySelector)
+	}
 	regs.MustRegister(
 		versioncollector.NewCollector("watchcache_exporter"),
 		collectors.NewGoCollector(),

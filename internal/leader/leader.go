@@ -90,6 +90,19 @@ func New(cfg Config, client kube.LeasesGetter, reg prometheus.Registerer, log lo
 	return e, nil
 }
 
+// NotOurs says whether the Lease exists without the exporter's mark: one it
+// must never take.
+func (e *Elector) NotOurs(ctx context.Context) (bool, error) {
+	l, err := e.client.Leases(e.cfg.Namespace).Get(ctx, e.cfg.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return l.Labels[owned.ManagedByLabel] != owned.ManagedBy, nil
+}
+
 // Leading says whether lead runs now.
 func (e *Elector) Leading() bool { return e.lead.Load() }
 

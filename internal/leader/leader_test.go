@@ -147,3 +147,24 @@ func TestLoseOnFailedRenewals(t *testing.T) {
 		a.stop()
 	})
 }
+
+// A Lease of the same name without the exporter's mark is never taken, even
+// when free, and is left exactly as it was.
+func TestNeverTakesAnotherLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cs := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "quiet", ResourceVersion: "7"}})
+		a := start(t, cs, "a")
+		time.Sleep(LeaseDuration + 3*RetryPeriod)
+		if a.leads.Load() != 0 || a.gauge() != 0 {
+			t.Errorf("led %d times with another's Lease, want never", a.leads.Load())
+		}
+		if theirs, err := a.e.NotOurs(t.Context()); err != nil || !theirs {
+			t.Errorf("NotOurs = %v, %v; want true", theirs, err)
+		}
+		a.stop()
+		l, err := cs.CoordinationV1().Leases("ns").Get(t.Context(), "quiet", metav1.GetOptions{})
+		if err != nil || l.ResourceVersion != "7" || l.Spec.HolderIdentity != nil {
+			t.Errorf("their Lease after the run: %v, %+v; want it as it was", err, l)
+		}
+	})
+}
