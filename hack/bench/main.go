@@ -42,7 +42,7 @@ var (
 	steadyDur = flag.Duration("steady-duration", 3*time.Minute, "measuring time of each footprint point")
 	soakDur   = flag.Duration("soak-duration", 30*time.Minute, "length of the soak at 100 writes/s (0: none)")
 	fakeAddr  = flag.String("fake-apiserver", "", "internal: serve fake patches on this address and exit")
-	only      = flag.String("only", "", "run one section and put it into the existing report instead of writing a new one: resources")
+	only      = flag.String("only", "", "run one part and put its sections into the existing report instead of writing a new one: footprint (sections 3 and 4) or resources (6)")
 )
 
 const ns = "bench"
@@ -127,13 +127,18 @@ func run(ctx context.Context) error {
 	var r report
 	switch *only {
 	case "":
+	case "footprint": // sections 3 and 4
+		if err := footprint(ctx, &r, c, exe, kubeconfig); err != nil {
+			return err
+		}
+		return replaceSections(*out, r.String(), r.targets)
 	case "resources":
 		if err := resourcesCost(ctx, &r, c, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSection(*out, r.String(), r.targets)
+		return replaceSections(*out, r.String(), r.targets)
 	default:
-		return fmt.Errorf("-only=%q: want resources", *only)
+		return fmt.Errorf("-only=%q: want footprint or resources", *only)
 	}
 	fmt.Fprintf(&r, "# Benchmarks\n\nWritten by `make bench` (hack/bench) on %s, %s: a 2-core machine running the pinned kube-apiserver v1.37.2 and etcd v3.7.3 on loopback, the exporter as a separate process (`bin/watchcache-exporter`). CPU is user+system time from /proc, as %% of one core.\n\n",
 		time.Now().UTC().Format("2006-01-02"), goVersion())

@@ -318,28 +318,14 @@ func countSeries(e *exporterProc, name string) int {
 // path in place of the old section N, or at its end, and its summary rows
 // (targets) into the summary table in place of those of the same target:
 // for -only, which runs one section.
-func replaceSection(path, section string, targets []string) error {
+func replaceSections(path, sections string, targets []string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	s := string(old)
-	section = strings.TrimPrefix(section, "\n")
-	head := section[:strings.Index(section, ". ")+2] // "## 6. "
-	if i := strings.Index(s, "\n"+head); i >= 0 {
-		end := len(s)
-		if j := strings.Index(s[i+1:], "\n## "); j >= 0 {
-			end = i + 1 + j + 1
-		}
-		tail := s[end:]
-		if tail != "" {
-			tail = "\n" + tail
-		}
-		s = s[:i+1] + section + tail
-	} else if i := strings.Index(s, "\n## 7. "); head == "## 6. " && i >= 0 {
-		s = s[:i+1] + section + "\n" + s[i+1:]
-	} else {
-		s = strings.TrimRight(s, "\n") + "\n\n" + section
+	for _, section := range strings.Split(sections, "\n## ")[1:] {
+		s = replaceSection(s, "## "+section)
 	}
 	lines := strings.Split(s, "\n")
 	for _, t := range targets {
@@ -359,4 +345,27 @@ func replaceSection(path, section string, targets []string) error {
 		lines[i] = t
 	}
 	return os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644)
+}
+
+// replaceSection puts section ("## N. ...") in place of report s's section N,
+// or before section 7 or at the end when s has none.
+func replaceSection(s, section string) string {
+	section = strings.TrimRight(section, "\n") + "\n"
+	head := section[:strings.Index(section, ". ")+2] // "## 6. "
+	if i := strings.Index(s, "\n"+head); i >= 0 {
+		end := len(s)
+		if j := strings.Index(s[i+1:], "\n## "); j >= 0 {
+			end = i + 1 + j + 1
+		}
+		tail := s[end:]
+		if tail != "" {
+			tail = "\n" + tail
+		}
+		s = s[:i+1] + section + tail
+	} else if i := strings.Index(s, "\n## 7. "); head == "## 6. " && i >= 0 {
+		s = s[:i+1] + section + "\n" + s[i+1:]
+	} else {
+		s = strings.TrimRight(s, "\n") + "\n\n" + section
+	}
+	return s
 }
