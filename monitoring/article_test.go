@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
@@ -84,6 +86,27 @@ func TestArticleOnRealPrometheus(t *testing.T) {
 			if err := admin.CoreV1().ConfigMaps(testNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// So is a Lease of quiet's name that is not the exporter's.
+		lease, err := admin.CoordinationV1().Leases(testNS).Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "watchcache-quiet"},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("theirs")},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out = exportertest.RunToExit(t, c.AdminConfig(), "--namespace="+testNS)
+		if want := "lease " + testNS + "/watchcache-quiet exists and is not this exporter's: choose another name with --quiet.name"; code != 1 || !strings.Contains(out, want) {
+			t.Errorf("their Lease: exit %d, output %q; want 1 and %q", code, out, want)
+		}
+		if got, err := admin.CoordinationV1().Leases(testNS).Get(ctx, lease.Name, metav1.GetOptions{}); err != nil || got.ResourceVersion != lease.ResourceVersion {
+			t.Errorf("their Lease after the refusal: %v, %+v; want it as it was", err, got)
+		}
+		if err := admin.CoordinationV1().Leases(testNS).Delete(ctx, lease.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if left, err := admin.CoreV1().ConfigMaps(testNS).List(ctx, metav1.ListOptions{}); err != nil || len(left.Items) > 1 { // kube-root-ca.crt at most
+			t.Errorf("ConfigMaps after the refusal: %v, %d; want none of the exporter's", err, len(left.Items))
 		}
 		gone := rest.CopyConfig(c.AdminConfig())
 		gone.Host = "https://127.0.0.1:1"
