@@ -189,18 +189,13 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseNotOwned(startCtx, cfg, p.store, checkCore); err != nil {
-		return nil, err
-	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
 		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }},
 		measure, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
-	if theirs, err := p.leader.NotOurs(startCtx); err != nil {
-		return nil, fmt.Errorf("reading the lease %s/%s: %w", cfg.namespace, cfg.quietName, err)
-	} else if theirs {
-		return nil, fmt.Errorf("lease %s/%s exists and is not this exporter's: choose another name with --quiet.name; left as it is (the exporter's own carries the label %s)", cfg.namespace, cfg.quietName, owned.ManagedBySelector)
+	if err := refuseNotOwned(startCtx, cfg, p.store, checkCore, p.leader); err != nil {
+		return nil, err
 	}
 	regs.MustRegister(
 		versioncollector.NewCollector("watchcache_exporter"),
@@ -392,9 +387,10 @@ func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log 
 	return resources.NewSet(rs, resolve, log.WithName("resources")), nil
 }
 
-// refuseNotOwned fails when quiet or a noise object exists without the
-// exporter's marks: somebody else's object, which it must not write.
-func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c kube.Core) error {
+// refuseNotOwned fails when quiet, a noise object or the Lease exists
+// without the exporter's marks: somebody else's object, which it must not
+// write.
+func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c kube.Core, lease *leader.Elector) error {
 	var msgs []string
 	theirs, err := store.NotOwned(ctx, c, cfg.quietName)
 	if err != nil {
@@ -402,6 +398,11 @@ func refuseNotOwned(ctx context.Context, cfg config, store *owned.Store, c kube.
 	}
 	if len(theirs) > 0 {
 		msgs = append(msgs, fmt.Sprintf("configmap %s/%s exists and is not this exporter's: choose another name with --quiet.name", cfg.namespace, cfg.quietName))
+	}
+	if notOurs, err := lease.NotOurs(ctx); err != nil {
+		return fmt.Errorf("reading the lease %s/%s: %w", cfg.namespace, cfg.quietName, err)
+	} else if notOurs {
+		msgs = append(msgs, fmt.Sprintf("lease %s/%s exists and is not this exporter's: choose another name with --quiet.name", cfg.namespace, cfg.quietName))
 	}
 	if cfg.writes() {
 		if theirs, err = store.NotOwned(ctx, c, cfg.loadConfig().Names()...); err != nil {

@@ -1,7 +1,7 @@
 // Package leader keeps one writer per namespace and quiet name: a
 // coordination.k8s.io Lease held for the life of the process, by the
-// algorithm of client-go's leader election (term.go). Only the holder writes; a standby writes and touches
-// nothing until it takes the Lease over.
+// algorithm of client-go's leader election (term.go). Only the holder
+// writes; a standby writes and touches nothing until it takes the Lease over.
 package leader
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -100,8 +101,12 @@ func (e *Elector) NotOurs(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return l.Labels[owned.ManagedByLabel] != owned.ManagedBy, nil
+	return !marked(l), nil
 }
+
+// marked says whether l carries the exporter's label: only such a Lease is
+// ever written.
+func marked(l *coordinationv1.Lease) bool { return l.Labels[owned.ManagedByLabel] == owned.ManagedBy }
 
 // Leading says whether lead runs now.
 func (e *Elector) Leading() bool { return e.lead.Load() }
@@ -212,7 +217,7 @@ func (e *Elector) deleteHeld() {
 	defer cancel()
 	leases := e.client.Leases(e.cfg.Namespace)
 	l, err := leases.Get(ctx, e.cfg.Name, metav1.GetOptions{})
-	if err == nil && l.Labels[owned.ManagedByLabel] == owned.ManagedBy && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == e.cfg.Identity {
+	if err == nil && marked(l) && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == e.cfg.Identity {
 		err = leases.Delete(ctx, e.cfg.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
 	}
 	switch {

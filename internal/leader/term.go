@@ -94,7 +94,7 @@ func (t *term) tryAcquireOrRenew(ctx context.Context) bool {
 	case err != nil:
 		return false
 	}
-	if l.Labels[owned.ManagedByLabel] != owned.ManagedBy {
+	if !marked(l) {
 		if !t.notOurs {
 			t.notOurs = true
 			t.e.log.Info("the lease is not this exporter's (no "+owned.ManagedByLabel+"="+owned.ManagedBy+" label): never taken; choose another name with --quiet.name",
