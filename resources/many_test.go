@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -77,9 +80,9 @@ func TestManyResources(t *testing.T) {
 
 	// The apiserver's own count of requests for the CRDs, over three
 	// intervals: per resource a probe and a count each interval.
-	before, from := crdRequests(t, c), time.Now()
+	before, from := crdRequests(t, c, ""), time.Now()
 	time.Sleep(3 * ivl)
-	after, secs := crdRequests(t, c), time.Since(from).Seconds()
+	after, secs := crdRequests(t, c, ""), time.Since(from).Seconds()
 	rate := (after - before) / secs
 	perResource := rate / crds
 	total := perResource * float64(served-1)
@@ -115,6 +118,82 @@ func TestManyResources(t *testing.T) {
 	if !strings.Contains(exp.Logs(), "the resources served changed") {
 		t.Error("no log line says which resources came and went")
 	}
+
+	// A restart. The apiserver builds each CRD's watch cache again at the
+	// first request for it, and answers 429 "storage is (re)initializing"
+	// until the cache has listed: the longer with thousands of objects.
+	// Each 429 is counted as what it is, one for one with the apiserver's
+	// own count, and every resource is measured again after it. (Requests
+	// refused while it was down are counted too, as Unknown.)
+	big := schema.GroupVersionResource{Group: crdGroup, Version: "v1", Resource: plural(1)}
+	const objects = 3000
+	for i := range objects {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": crdGroup + "/v1", "kind": "Widget001",
+			"metadata": map[string]any{"name": fmt.Sprintf("w%04d", i)},
+			"data":     strings.Repeat("x", 2000),
+		}}
+		if _, err := dyn.Resource(big).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := dyn.Resource(big).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := strconv.ParseUint(l.GetResourceVersion(), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0 := exp.Scrape(t)
+	t3 := time.Now()
+	if err := c.APIServer().Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exp.WaitFor(t, 2*ivl+time.Minute, "every CRD measured again after the restart", func(m exportertest.Metrics) bool {
+		n := 0
+		for _, x := range m["watchcache_oldest_resource_version"].GetMetric() {
+			if label(x, "group") == crdGroup {
+				if !(x.GetGauge().GetValue() > float64(rv)) {
+					return false
+				}
+				n++
+			}
+		}
+		return n == crds // one deleted, one added
+	})
+	t.Logf("every CRD measured again %s after the restart began", time.Since(t3).Round(time.Second))
+	time.Sleep(2 * time.Second) // answers in flight
+	m1 := exp.Scrape(t)
+	apiserver429 := crdRequests(t, c, "429") // since its restart
+	// The exporter's count of the group's failed requests of a reason, grown
+	// since before the restart.
+	errs := func(reason string) float64 {
+		sum := func(m exportertest.Metrics) (n float64) {
+			for _, f := range []string{"watchcache_resource_probe_errors_total", "watchcache_resource_objects_errors_total"} {
+				for _, x := range m[f].GetMetric() {
+					if label(x, "group") == crdGroup && label(x, "reason") == reason {
+						n += x.GetCounter().GetValue()
+					}
+				}
+			}
+			return n
+		}
+		return sum(m1) - sum(m0)
+	}
+	initializing := errs("CacheInitializing")
+	t.Logf("after a restart with %d objects in %s: the apiserver answered %v requests of the CRDs' group with 429; the exporter counted %v as CacheInitializing",
+		objects, big.Resource, apiserver429, initializing)
+	if apiserver429 == 0 {
+		t.Error("no 429 from the apiserver after its restart: the test did not meet a cache that was initialising")
+	}
+	if initializing != apiserver429 {
+		t.Errorf("the exporter counted %v answers as CacheInitializing, the apiserver answered %v with 429", initializing, apiserver429)
+	}
+	if n := errs("TooManyRequests"); n != 0 {
+		t.Errorf("%v answers of an initialising cache counted as TooManyRequests, want 0", n)
+	}
+	t.Logf("%v requests failed while the apiserver was down (reason Unknown)", errs("Unknown"))
 }
 
 func plural(i int) string { return fmt.Sprintf("widget%03ds", i) }
@@ -160,8 +239,8 @@ func windows(m exportertest.Metrics) (n, known int) {
 }
 
 // crdRequests sums the apiserver's apiserver_request_total over the CRDs'
-// group: every verb, code and resource.
-func crdRequests(t *testing.T, c *testcluster.Cluster) float64 {
+// group: every verb and resource, and every code or only code.
+func crdRequests(t *testing.T, c *testcluster.Cluster, code string) float64 {
 	t.Helper()
 	fams, err := c.APIServer().Metrics(t.Context())
 	if err != nil {
@@ -169,7 +248,7 @@ func crdRequests(t *testing.T, c *testcluster.Cluster) float64 {
 	}
 	sum := 0.0
 	for _, x := range fams["apiserver_request_total"].GetMetric() {
-		if label(x, "group") == crdGroup {
+		if label(x, "group") == crdGroup && (code == "" || label(x, "code") == code) {
 			sum += x.GetCounter().GetValue()
 		}
 	}
