@@ -79,7 +79,7 @@ tests:
             exp_annotations:
               summary: "Prometheus cannot scrape watchcache-exporter."
               description: "The watch cache history is not measured."
-              runbook_url: "https://github.com/watchcache/watchcache-exporter/blob/main/README.md#watchcacheexporterdown"
+              runbook_url: "https://github.com/watchcache/watchcache-exporter/blob/main/docs/runbooks.md#watchcacheexporterdown"
       - eval_time: 20m
         alertname: WatchCacheExporterAbsent
         exp_alerts: []
@@ -95,5 +95,5 @@ tests:
             exp_annotations:
               summary: "Prometheus has no watchcache-exporter to scrape."
               description: "No target of the exporter's job: the Deployment is gone or scaled to 0, or service discovery does not find its Service (ServiceMonitor selector, namespace, or a job name other than the Service's app.kubernetes.io/name label)."
-              runbook_url: "https://github.com/watchcache/watchcache-exporter/blob/main/README.md#watchcacheexporterabsent"
+              runbook_url: "https://github.com/watchcache/watchcache-exporter/blob/main/docs/runbooks.md#watchcacheexporterabsent"
 `

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The table of DESIGN.md §2, measured against kube-apiserver v1.37.2.
+// The table of docs/how-it-works.md ("The apiserver's sizing rules"),
+// measured against kube-apiserver v1.37.2.
 func TestSteadyStateTable(t *testing.T) {
 	for _, tc := range []struct {
 		rate     float64

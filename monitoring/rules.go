@@ -32,8 +32,8 @@ type Rule struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// RunbookBase is where each alert's runbook lives: a section of the README.
-const RunbookBase = "https://github.com/watchcache/watchcache-exporter/blob/main/README.md#"
+// RunbookBase is where each alert's runbook lives: a section of docs/runbooks.md.
+const RunbookBase = "https://github.com/watchcache/watchcache-exporter/blob/main/docs/runbooks.md#"
 
 func alert(name, expr string, forDur time.Duration, severity, summary, description string) Rule {
 	r := Rule{
