@@ -35,11 +35,19 @@ const (
 // ConfigMap measurement's and ResourceWindows' share them. They also keep
 // the known windows as values, for the fleet's window across apiservers.
 type windowVecs struct {
-	seconds, rvs, oldest, lower *prometheus.GaugeVec
+	table *gaugeTable // columns: the window* constants
 
 	mu    sync.Mutex
 	known map[[2]string]Window // by group, resource
 }
+
+// The columns of windowVecs.table.
+const (
+	windowSecondsCol = iota
+	windowRVsCol
+	oldestCol
+	lowerCol
+)
 
 // Window is one resource's window on one apiserver, as last measured.
 type Window struct {
@@ -65,27 +73,27 @@ func (w Window) LowerBoundValue() float64 {
 	return 0
 }
 
-func newWindowVecs(f promauto.Factory) *windowVecs {
-	gv := func(name, help string) *prometheus.GaugeVec {
-		return f.NewGaugeVec(promopts.Gauge(name, help), []string{"group", "resource"})
+func newWindowVecs(reg prometheus.Registerer) *windowVecs {
+	w := &windowVecs{
+		table: newGaugeTable(
+			promopts.Gauge("window_seconds", HelpWindowSeconds),
+			promopts.Gauge("window_resource_versions", HelpWindowResourceVersions),
+			promopts.Gauge("oldest_resource_version", HelpOldestResourceVersion),
+			promopts.Gauge("window_lower_bound", HelpWindowLowerBound)),
+		known: map[[2]string]Window{},
 	}
-	return &windowVecs{
-		seconds: gv("window_seconds", HelpWindowSeconds),
-		rvs:     gv("window_resource_versions", HelpWindowResourceVersions),
-		oldest:  gv("oldest_resource_version", HelpOldestResourceVersion),
-		lower:   gv("window_lower_bound", HelpWindowLowerBound),
-		known:   map[[2]string]Window{},
-	}
+	reg.MustRegister(w.table)
+	return w
 }
 
 // set records a measured window; rvs is its size in resourceVersions (NaN
 // when unknown).
 func (w *windowVecs) set(win Window, rvs float64) {
 	g, r := win.Group, win.Resource
-	w.oldest.WithLabelValues(g, r).Set(float64(win.Oldest))
-	w.rvs.WithLabelValues(g, r).Set(rvs)
-	w.seconds.WithLabelValues(g, r).Set(win.Seconds)
-	w.lower.WithLabelValues(g, r).Set(win.LowerBoundValue())
+	w.table.set(g, r, oldestCol, float64(win.Oldest))
+	w.table.set(g, r, windowRVsCol, rvs)
+	w.table.set(g, r, windowSecondsCol, win.Seconds)
+	w.table.set(g, r, lowerCol, win.LowerBoundValue())
 	w.mu.Lock()
 	w.known[[2]string{g, r}] = win
 	w.mu.Unlock()
@@ -93,8 +101,8 @@ func (w *windowVecs) set(win Window, rvs float64) {
 
 // setUnknown turns a resource's window series to NaN.
 func (w *windowVecs) setUnknown(group, resource string) {
-	for _, gv := range []*prometheus.GaugeVec{w.seconds, w.rvs, w.oldest, w.lower} {
-		gv.WithLabelValues(group, resource).Set(nan)
+	for col := range w.table.descs {
+		w.table.set(group, resource, col, nan)
 	}
 	w.mu.Lock()
 	delete(w.known, [2]string{group, resource})
@@ -103,9 +111,7 @@ func (w *windowVecs) setUnknown(group, resource string) {
 
 // delete removes a resource's window series.
 func (w *windowVecs) delete(group, resource string) {
-	for _, gv := range []*prometheus.GaugeVec{w.seconds, w.rvs, w.oldest, w.lower} {
-		gv.DeleteLabelValues(group, resource)
-	}
+	w.table.delete(group, resource)
 	w.mu.Lock()
 	delete(w.known, [2]string{group, resource})
 	w.mu.Unlock()
@@ -161,7 +167,7 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return f.NewCounterVec(promopts.Counter(name, help), labels)
 	}
-	windows := newWindowVecs(f)
+	windows := newWindowVecs(reg)
 	m := &Metrics{
 		registered: reg,
 		firstBookmark: f.NewHistogram(promopts.Histogram("first_bookmark_seconds",

@@ -69,10 +69,15 @@ type resourceProbe struct {
 	failedSince time.Time // zero while its probes answer
 }
 
+// The columns of resourceMetrics.perResource.
+const (
+	cacheOnCol = iota
+	intervalCol
+)
+
 type resourceMetrics struct {
 	windows      *windowVecs // the Collector's
-	cacheOn      *prometheus.GaugeVec
-	interval     *prometheus.GaugeVec
+	perResource  *gaugeTable // columns: cacheOnCol, intervalCol
 	errors       *prometheus.CounterVec
 	searchProbes prometheus.Counter
 }
@@ -90,24 +95,25 @@ func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.
 		cfg.StaleAfter = 3
 	}
 	f := promauto.With(reg)
-	labels := []string{"group", "resource"}
-	return &resourceWindows{
+	w := &resourceWindows{
 		cfg: cfg, hist: hist, log: log,
 		errLog:     ratelog.New(log, 30*time.Second, time.Now),
 		probed:     map[resources.Name]*resourceProbe{},
 		etcdOldest: map[*rvclock.Clock]uint64{},
 		m: resourceMetrics{
 			windows: windows,
-			cacheOn: f.NewGaugeVec(promopts.Gauge("resource_watch_cache_enabled",
-				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."), labels),
-			interval: f.NewGaugeVec(promopts.Gauge("resource_probe_interval_seconds",
-				"Time between two window probes of the resource: --resources.interval, stretched so that the probes and object counts of every resource stay within --resources.budget requests a second per apiserver, or longer when a round of probes took longer."), labels),
+			perResource: newGaugeTable(promopts.Gauge("resource_watch_cache_enabled",
+				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."),
+				promopts.Gauge("resource_probe_interval_seconds",
+					"Time between two window probes of the resource: --resources.interval, stretched so that the probes and object counts of every resource stay within --resources.budget requests a second per apiserver, or longer when a round of probes took longer.")),
 			errors: f.NewCounterVec(promopts.Counter("resource_probe_errors_total",
-				"Failed window probes of a resource, by Kubernetes status reason (Forbidden: RBAC; TooManyRequests: flow control)."), append(labels, "reason")),
+				"Failed window probes of a resource, by Kubernetes status reason (Forbidden: RBAC; TooManyRequests: flow control)."), []string{"group", "resource", "reason"}),
 			searchProbes: f.NewCounter(promopts.Counter("resource_compaction_probes_total",
 				"Watches sent to find etcd's oldest revision for resources whose watch cache is off: about log2(revisions) after each compaction, one per interval otherwise.")),
 		},
 	}
+	reg.MustRegister(w.m.perResource)
+	return w
 }
 
 // Run probes at the configured pace until ctx ends.
@@ -115,7 +121,7 @@ func (w *resourceWindows) Run(ctx context.Context) {
 	w.cfg.Pace.Run(ctx, w.cfg.Resources, w.round, func(rs []resources.Resource, ivl time.Duration) {
 		w.interval = ivl
 		for _, r := range w.measured {
-			w.m.interval.WithLabelValues(r.Group, r.Resource).Set(ivl.Seconds())
+			w.m.perResource.set(r.Group, r.Resource, intervalCol, ivl.Seconds())
 		}
 	})
 }
@@ -130,15 +136,13 @@ func (w *resourceWindows) follow(rs []resources.Resource) {
 	for _, r := range added {
 		w.probed[r.Key()] = &resourceProbe{prober: NewWatchProber(w.cfg.Client.Resource(r.GVR()).Watch, opts, w.cfg.Settle)}
 		w.m.windows.setUnknown(r.Group, r.Resource)
-		w.m.cacheOn.WithLabelValues(r.Group, r.Resource).Set(nan)
+		w.m.perResource.set(r.Group, r.Resource, cacheOnCol, nan)
 		w.m.errors.WithLabelValues(r.Group, r.Resource, "Forbidden")
 	}
 	for _, r := range removed {
 		delete(w.probed, r.Key())
 		w.m.windows.delete(r.Group, r.Resource)
-		for _, v := range []*prometheus.GaugeVec{w.m.cacheOn, w.m.interval} {
-			v.DeleteLabelValues(r.Group, r.Resource)
-		}
+		w.m.perResource.delete(r.Group, r.Resource)
 		w.m.errors.DeletePartialMatch(prometheus.Labels{"group": r.Group, "resource": r.Resource})
 	}
 	if w.interval == 0 {
@@ -205,12 +209,12 @@ func (w *resourceWindows) record(p *resourceProbe, r resources.Resource, res Pro
 		// RV 1 served: nothing has left the history since RV 1 (a young
 		// cluster), whichever store answered.
 		oldest = 1
-		w.m.cacheOn.WithLabelValues(g, rs).Set(nan)
+		w.m.perResource.set(g, rs, cacheOnCol, nan)
 	case res.Refusal.Source == SourceWatchCache && res.Refusal.Oldest != 0:
 		oldest = res.Refusal.Oldest
-		w.m.cacheOn.WithLabelValues(g, rs).Set(1)
+		w.m.perResource.set(g, rs, cacheOnCol, 1)
 	case res.Refusal.Source == SourceEtcd:
-		w.m.cacheOn.WithLabelValues(g, rs).Set(0)
+		w.m.perResource.set(g, rs, cacheOnCol, 0)
 		oldest = w.etcdOldest[clk]
 	}
 	if oldest == 0 {

@@ -115,21 +115,21 @@ func TestRecordResourceWindow(t *testing.T) {
 	pods := resources.Resource{Version: "v1", Resource: "pods"}
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second}, StaleAfter: 3,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
-		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
+		newWindowVecs(reg), hist, reg, logr.Discard())
 	w.follow([]resources.Resource{pods})
 	p := w.probed[pods.Key()]
-	get := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("", "pods")) }
-	seconds, rvs, oldest, lower, on := w.m.windows.seconds, w.m.windows.rvs, w.m.windows.oldest, w.m.windows.lower, w.m.cacheOn
+	win, per := w.m.windows.table, w.m.perResource
+	get := func(t *gaugeTable, col int) float64 { return t.value("", "pods", col) }
 	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
-	if s := get(seconds); !math.IsNaN(s) {
+	if s := get(win, windowSecondsCol); !math.IsNaN(s) {
 		t.Errorf("before the first object count says which etcd holds pods: window %v, want NaN", s)
 	}
 	hist.Place("pods", 2000, now, true)
 	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 1499}, Answered: now})
-	if s, en := get(seconds), get(on); math.Abs(s-50) > 0.01 || en != 1 {
+	if s, en := get(win, windowSecondsCol), get(per, cacheOnCol); math.Abs(s-50) > 0.01 || en != 1 {
 		t.Errorf("cache's O 1499: window %v, cache enabled %v; want 50 s (RV 1500 written 50 s ago), 1", s, en)
 	}
-	if n := get(rvs); n != 501 {
+	if n := get(win, windowRVsCol); n != 501 {
 		t.Errorf("window RVs %v, want 2000-1499", n)
 	}
 	// The same window, as a value for the fleet's.
@@ -140,19 +140,19 @@ func TestRecordResourceWindow(t *testing.T) {
 	if ws := w.m.windows.windows(); len(ws) != 1 || ws[0].Oldest != 1 || !ws[0].LowerBound {
 		t.Errorf("windows() = %+v, want pods' 1, a lower bound", ws)
 	}
-	if s, l, o := get(seconds), get(lower), get(oldest); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
+	if s, l, o := get(win, windowSecondsCol), get(win, lowerCol), get(win, oldestCol); math.Abs(s-100) > 0.01 || l != 1 || o != 1 {
 		t.Errorf("RV 1 served: window %v, lower bound %v, oldest %v; want at least 100 s, 1, 1", s, l, o)
 	}
 	w.etcdOldest[hist.Clock] = 1999
 	w.record(p, pods, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceEtcd}, Answered: now})
-	if en, o := get(on), get(oldest); en != 0 || o != 1999 {
+	if en, o := get(per, cacheOnCol), get(win, oldestCol); en != 0 || o != 1999 {
 		t.Errorf("etcd's refusal: cache enabled %v, oldest %v; want 0, 1999", en, o)
 	}
 	fail := ProbeResult{Outcome: Error, Err: apierrors.NewForbidden(pods.GVR().GroupResource(), "", nil)}
 	for i := range 3 {
 		fail.At = now.Add(time.Duration(i) * time.Second)
 		w.record(p, pods, fail)
-		if got := get(seconds); math.IsNaN(got) != (i == 2) {
+		if got := get(win, windowSecondsCol); math.IsNaN(got) != (i == 2) {
 			t.Errorf("after %d failed intervals: window %v", i+1, got)
 		}
 		if ws := w.m.windows.windows(); (len(ws) == 0) != (i == 2) {
@@ -174,11 +174,11 @@ func TestRecordResourceWindowOtherEtcd(t *testing.T) {
 	events := resources.Resource{Version: "v1", Resource: "events"}
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
-		newWindowVecs(promauto.With(reg)), hist, reg, logr.Discard())
+		newWindowVecs(reg), hist, reg, logr.Discard())
 	w.follow([]resources.Resource{events})
 	w.record(w.probed[events.Key()], events, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 50499}, Answered: now})
-	s := testutil.ToFloat64(w.m.windows.seconds.WithLabelValues("", "events"))
-	n := testutil.ToFloat64(w.m.windows.rvs.WithLabelValues("", "events"))
+	s := w.m.windows.table.value("", "events", windowSecondsCol)
+	n := w.m.windows.table.value("", "events", windowRVsCol)
 	if math.Abs(s-5) > 0.01 || n != 501 {
 		t.Errorf("events' window %v s, %v RVs; want 5 s (RV 50500 written 5 s ago by their own clock), 501", s, n)
 	}
@@ -193,7 +193,7 @@ func TestResourceWindowsFollowTheSet(t *testing.T) {
 	now := time.Now()
 	hist.Observe(1000, now.Add(-100*time.Second))
 	hist.Place("widgets.example.com", 2000, now, true)
-	windows := newWindowVecs(promauto.With(reg))
+	windows := newWindowVecs(reg)
 	windows.set(Window{Resource: "configmaps", Oldest: 900, Seconds: 80}, 100)
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: 10 * time.Second, Budget: 10},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, windows, hist, reg, logr.Discard())
