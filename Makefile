@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
+.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
 
 all: build
 
@@ -31,6 +31,12 @@ IMAGE     ?= ghcr.io/watchcache/watchcache-exporter
 IMAGE_TAG ?= $(VERSION)
 image: bin/watchcache-exporter-image.tar bin/pause-image.tar
 	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
+
+# Push the image to a registry without a container engine, with the
+# credentials of ~/.docker/config.json (or none):
+# make push IMAGE=registry.example.com/team/watchcache-exporter IMAGE_TAG=v0.1.0
+push: image
+	bin/image-tool push -archive bin/watchcache-exporter-image.tar -to $(IMAGE):$(IMAGE_TAG)
 
 # Each archive is written again only when its binary, the image tool or the
 # image's name and labels changed. go build touches an up-to-date binary
@@ -87,8 +93,13 @@ chromium:
 	./hack/debian-package.sh chromium chromium
 
 # Rules, PrometheusRule and dashboards from monitoring/ (a test fails on drift).
-generate:
+generate: docs
 	$(GO) run ./monitoring/gen
+
+# The flags table and the metrics reference in docs/ from the code (a test
+# fails on drift).
+docs:
+	WATCHCACHE_UPDATE_DOCS=1 $(GO) test -count=1 -run "TestGeneratedDocs|TestChartValuesDocumented" ./test/docs/
 
 demo: kube-bin build
 	$(GO) build -o bin/demo ./hack/demo
@@ -118,6 +129,7 @@ $(GOTESTSUM): hack/gotestsum/go.mod
 # browser, built image), so it needs Go and gcc only, and no root.
 test-unit: $(GOTESTSUM)
 	CGO_ENABLED=1 $(GOTESTSUM) --format pkgname-and-test-fails -- -race -short -count=1 ./...
+	cd hack/image && CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # Every tier. -race needs cgo. WATCHCACHE_REQUIRE_KUBE=1 turns a missing
 # component into a failure instead of a skip. Control planes of all packages
@@ -131,6 +143,7 @@ test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet $(GOTEST
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GOTESTSUM) --jsonfile bin/test.json --format pkgname-and-test-fails \
 		-- -race $(LOWPRIO) -vet=off -count=1 -p $(TEST_P) -timeout 30m ./... ; rc=$$?; \
 	echo "The 15 slowest tests (bin/test.json):"; $(GOTESTSUM) tool slowest --jsonfile bin/test.json --threshold 1ms | head -n 15; \
+	(cd hack/image && CGO_ENABLED=1 $(GO) test -race -count=1 ./...) || rc=1; \
 	exit $$rc
 
 # The watch cache facts the exporter relies on, checked on kube-apiserver of

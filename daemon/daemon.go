@@ -264,7 +264,18 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	default:
 		p.endpoints, _ = apiservers.ParseList(cfg.apiservers) // validated with the flags
 	}
-	p.page = status.New(pageReg, 5*time.Second, 720) // an hour
+	p.page = status.New(pageReg, 5*time.Second, 720, status.About{ // an hour
+		Mode: cfg.mode(), Version: version.Version,
+		Role: func() (string, string) {
+			switch {
+			case p.leader.Leading():
+				return "leader", ""
+			case p.leader.Standby():
+				return "standby", p.leader.Holder()
+			}
+			return "", ""
+		},
+	})
 	p.mux = newMux(cfg, reg, p.ready, p.page.Handler(cfg.telemetryPath))
 	p.probes = newProbeMux(p.ready)
 	return p, nil

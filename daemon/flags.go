@@ -57,34 +57,7 @@ var errHelp = pflag.ErrHelp
 // parseFlags parses and validates args. Its errors name the bad flag.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
-	fs := pflag.NewFlagSet("watchcache-exporter", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.SortFlags = false
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: in-cluster config, then the usual kubeconfig rules ($KUBECONFIG, ~/.kube/config).")
-	fs.StringVar(&c.namespace, "namespace", defaultNamespace(), "Namespace of the exporter's ConfigMaps. Default: $POD_NAMESPACE, then default.")
-	fs.StringVar(&c.quietName, "quiet.name", "watchcache-quiet", "Name of the quiet ConfigMap that the watchers watch and the expiry cycles touch.")
-	fs.StringVar(&c.noisePrefix, "noise.prefix", "watchcache-noise-", "Name prefix of the noise ConfigMaps (<prefix>0, <prefix>1, ...).")
-	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
-	fs.StringVar(&c.loadSchedule, "load.schedule", "", "Write rates over time, repeated: steps rate:duration (40:5m,100:5m,40:5m) or a geometric sweep up and down (sweep:FROM:TO:STEPS:DURATION, e.g. sweep:10:400:6:3m). Replaces --load.rate.")
-	fs.Float64Var(&c.loadMaxRate, "load.max-rate", 500, "Hard cap on --load.rate, writes per second.")
-	fs.DurationVar(&c.stopTimeout, "shutdown.timeout", 25*time.Second, "Time from SIGTERM to exit, whatever the apiserver does: deleting the exporter's ConfigMaps, then its Lease, then closing the HTTP server. Keep it below the pod's terminationGracePeriodSeconds; what it leaves, the log names.")
-	fs.IntVar(&c.loadObjects, "load.objects", 8, "Number of noise ConfigMaps the load is spread over (one hot object collapses under concurrent patches).")
-	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410.")
-	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
-	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,...")
-	fs.DurationVar(&c.graceDur, "apiservers.grace-period", 3*time.Minute, "With --apiservers=discover: how long an apiserver that left the kubernetes EndpointSlices is still measured, with its series and history, so that its restart shows as a cache reset. 0 removes it at once.")
-	fs.StringVar(&c.resourcesRaw, "resources", "", "Resources whose watch cache windows to measure too, without writing: a list of resource.group names (pods,leases.coordination.k8s.io,endpointslices.discovery.k8s.io) or \"all\" (every resource served with list and watch, aggregated apiservers left out). Needs list and watch on them cluster-wide (deploy/components/resources).")
-	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: a window probe per resource and apiserver, and an object count per resource; stretched to fit --resources.budget.")
-	fs.Float64Var(&c.resourcesRate, "resources.budget", 5, "Requests per second that the measurement of --resources may send to any one apiserver: with many resources, --resources.interval stretches until a round of 2 requests per resource fits (watchcache_resource_probe_interval_seconds says to what).")
-	fs.DurationVar(&c.rediscover, "resources.rediscover", 3*time.Minute, "Interval between two readings of discovery, so that resources installed later (CRDs) are measured and removed ones dropped without a restart.")
-	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics and the status endpoints.")
-	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
-	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics.")
-	fs.IntVar(&c.maxRequests, "web.max-requests", 10, "Maximum number of scrapes served at once; more are answered 503. 0 means no limit.")
-	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file (TLS and basic auth).")
-	fs.StringVar(&c.logLevel, "log.level", "info", "Log level: debug, info, warn or error.")
-	fs.StringVar(&c.logFormat, "log.format", "json", "Log format: json or text.")
-	fs.BoolVar(&c.version, "version", false, "Print version information and exit.")
+	fs := newFlagSet(&c, stderr)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -283,6 +256,64 @@ func (c config) loadConfig() load.Config {
 		Schedule:  c.schedule,
 		MaxRate:   c.loadMaxRate,
 	}
+}
+
+// newFlagSet defines the flags into c.
+func newFlagSet(c *config, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("watchcache-exporter", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: in-cluster config, then the usual kubeconfig rules ($KUBECONFIG, ~/.kube/config).")
+	fs.StringVar(&c.namespace, "namespace", defaultNamespace(), "Namespace of the exporter's ConfigMaps. Default: $POD_NAMESPACE, then default.")
+	fs.StringVar(&c.quietName, "quiet.name", "watchcache-quiet", "Name of the quiet ConfigMap that the watchers watch and the expiry cycles touch.")
+	fs.StringVar(&c.noisePrefix, "noise.prefix", "watchcache-noise-", "Name prefix of the noise ConfigMaps (<prefix>0, <prefix>1, ...).")
+	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
+	fs.StringVar(&c.loadSchedule, "load.schedule", "", "Write rates over time, repeated: steps rate:duration (40:5m,100:5m,40:5m) or a geometric sweep up and down (sweep:FROM:TO:STEPS:DURATION, e.g. sweep:10:400:6:3m). Replaces --load.rate.")
+	fs.Float64Var(&c.loadMaxRate, "load.max-rate", 500, "Hard cap on --load.rate, writes per second.")
+	fs.DurationVar(&c.stopTimeout, "shutdown.timeout", 25*time.Second, "Time from SIGTERM to exit, whatever the apiserver does: deleting the exporter's ConfigMaps, then its Lease, then closing the HTTP server. Keep it below the pod's terminationGracePeriodSeconds; what it leaves, the log names. 5s to 10m.")
+	fs.IntVar(&c.loadObjects, "load.objects", 8, "Number of noise ConfigMaps the load is spread over (one hot object collapses under concurrent patches).")
+	fs.DurationVar(&c.probeInterval, "probe.interval", time.Second, "Interval between reconnect probes; the resolution of time to first 410. 100ms to 1m.")
+	fs.DurationVar(&c.historyWindow, "apiserver.history-window", 75*time.Second, "The apiserver's watch cache history window, for the predicted window: 75s, or its --request-timeout + 15s when that is larger.")
+	fs.StringVar(&c.apiservers, "apiservers", "", "Apiserver instances to measure: empty for the kubeconfig's endpoint, \"discover\" for every endpoint of the default/kubernetes Service, or a list https://host:port,... With discover, each endpoint's certificate is verified as kubernetes.default.svc.")
+	fs.DurationVar(&c.graceDur, "apiservers.grace-period", 3*time.Minute, "With --apiservers=discover: how long an apiserver that left the kubernetes EndpointSlices is still measured, with its series and history, so that its restart shows as a cache reset. 0 removes it at once; at most 1h.")
+	fs.StringVar(&c.resourcesRaw, "resources", "", "Resources whose watch cache windows to measure too, without writing: a list of resource.group names (pods,leases.coordination.k8s.io,endpointslices.discovery.k8s.io) or \"all\" (every resource served with list and watch, aggregated apiservers left out). Needs list and watch on them cluster-wide (deploy/components/resources).")
+	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: a window probe per resource and apiserver, and an object count per resource; stretched to fit --resources.budget. 1s to 10m.")
+	fs.Float64Var(&c.resourcesRate, "resources.budget", 5, "Requests per second that the measurement of --resources may send to any one apiserver: with many resources, --resources.interval stretches until a round of 2 requests per resource fits (watchcache_resource_probe_interval_seconds says to what). 1 to 1000.")
+	fs.DurationVar(&c.rediscover, "resources.rediscover", 3*time.Minute, "Interval between two readings of discovery, so that resources installed later (CRDs) are measured and removed ones dropped without a restart. 10s to 1h.")
+	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics, /healthz, /readyz and the status page.")
+	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
+	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics: a clean path of letters, digits and -._~/, none of /, /healthz, /readyz, /status.json.")
+	fs.IntVar(&c.maxRequests, "web.max-requests", 10, "Maximum number of scrapes served at once; more are answered 503. 0 means no limit.")
+	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file: TLS and basic auth for every path but those of --web.probe-address.")
+	fs.StringVar(&c.logLevel, "log.level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&c.logFormat, "log.format", "json", "Log format: json or text.")
+	fs.BoolVar(&c.version, "version", false, "Print version information and exit.")
+	// Defaults read from the environment, as the docs give them.
+	_ = fs.SetAnnotation("kubeconfig", docDefault, []string{"in-cluster, then `$KUBECONFIG`, `~/.kube/config`"})
+	_ = fs.SetAnnotation("namespace", docDefault, []string{"`$POD_NAMESPACE`, then `default`"})
+	return fs
+}
+
+// docDefault annotates a flag whose default depends on the environment.
+const docDefault = "docs-default"
+
+// Flag is one command-line flag, for the generated configuration docs.
+type Flag struct{ Name, Default, Usage string }
+
+// Flags are the exporter's flags in the order --help gives them.
+func Flags() []Flag {
+	var out []Flag
+	newFlagSet(&config{}, io.Discard).VisitAll(func(f *pflag.Flag) {
+		def := "`" + f.DefValue + "`"
+		switch {
+		case f.Annotations[docDefault] != nil:
+			def = f.Annotations[docDefault][0]
+		case f.DefValue == "":
+			def = "none"
+		}
+		out = append(out, Flag{Name: f.Name, Default: def, Usage: f.Usage})
+	})
+	return out
 }
 
 // CheckFlags parses and checks args as Run does, without connecting: what

@@ -5,30 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/prometheus/promql/parser"
-	"k8s.io/apimachinery/pkg/runtime"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/clock"
 
-	"github.com/watchcache/watchcache-exporter/apiservers"
-	"github.com/watchcache/watchcache-exporter/collector"
-	"github.com/watchcache/watchcache-exporter/internal/leader"
-	"github.com/watchcache/watchcache-exporter/internal/owned"
-	"github.com/watchcache/watchcache-exporter/load"
-	"github.com/watchcache/watchcache-exporter/resources"
-	"github.com/watchcache/watchcache-exporter/rvclock"
+	"github.com/watchcache/watchcache-exporter/test/families"
 	"github.com/watchcache/watchcache-exporter/test/promtest"
-	"github.com/watchcache/watchcache-exporter/test/typed"
 )
 
 func TestGeneratedFilesUpToDate(t *testing.T) {
@@ -52,25 +36,10 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 // registry holding the exporter's real metric sets.
 func registeredNames(t *testing.T) map[string]bool {
 	t.Helper()
-	rec := &describingRegisterer{Registerer: prometheus.NewRegistry()}
-	hist := rvclock.NewHistory(10)
-	rates := rvclock.NewRates(hist, false, time.Second, rec)
-	store := owned.NewStore("ns", "q", rec, logr.Discard(), time.Now)
-	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
-		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
-	resources.NewObjects(nil, res.Resources, hist, nil, rec, logr.Discard())
-	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate,
-		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, rec), logr.Discard()); err != nil {
+	fams, err := families.All()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, store, hist, rec, logr.Discard()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leader.New(leader.Config{Namespace: "ns", Name: "q", Identity: "me"}, typed.Leases(fake.NewClientset().CoordinationV1()), rec, logr.Discard()); err != nil {
-		t.Fatal(err)
-	}
-	apiservers.NewFleet(nil, time.Minute, clock.RealClock{}, rec, logr.Discard())
-	rec.MustRegister(versioncollector.NewCollector("watchcache_exporter"))
 	names := map[string]bool{"up": true} // Prometheus' own
 	// The apiserver's own, for the panels that need Prometheus to scrape it.
 	for _, n := range []string{"watch_cache_capacity", "apiserver_watch_cache_events_received_total", "apiserver_request_total"} {
@@ -81,38 +50,12 @@ func registeredNames(t *testing.T) map[string]bool {
 			names[r.Record] = r.Record != ""
 		}
 	}
-	// Users' own thresholds of WatchCacheResourceWindowShort (README).
+	// Users' own thresholds of WatchCacheResourceWindowShort (docs/runbooks.md).
 	names["watchcache:resource_window_threshold_seconds"] = true
-	for _, n := range rec.names {
-		names[n] = true
+	for _, f := range fams {
+		names[f.Name] = true
 	}
 	return names
-}
-
-type describingRegisterer struct {
-	prometheus.Registerer
-	names []string
-}
-
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
-
-func (d *describingRegisterer) Register(c prometheus.Collector) error {
-	ch := make(chan *prometheus.Desc, 16)
-	go func() { c.Describe(ch); close(ch) }()
-	for desc := range ch {
-		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
-			d.names = append(d.names, m[1])
-		}
-	}
-	return d.Registerer.Register(c)
-}
-
-func (d *describingRegisterer) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := d.Register(c); err != nil {
-			panic(err)
-		}
-	}
 }
 
 func allQueries() map[string]string {

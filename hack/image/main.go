@@ -7,6 +7,8 @@
 //	image -binary bin/watchcache-exporter -path /watchcache-exporter \
 //	  -tag ghcr.io/watchcache/watchcache-exporter:dev -user 65532:65532 \
 //	  -port 9890/tcp -label org.opencontainers.image.title=... -o out.tar
+//
+// `image push` copies such an archive's image to a registry (push.go).
 package main
 
 import (
@@ -42,6 +44,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "push" {
+		return push(args[1:])
+	}
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	binary := fs.String("binary", "", "static binary to put in the image")
 	path := fs.String("path", "", "its path in the image, also the entrypoint")

@@ -113,8 +113,14 @@ func (e *Elector) Leading() bool { return e.lead.Load() }
 
 // Standby says whether another exporter holds the Lease, as last seen.
 func (e *Elector) Standby() bool {
-	h, _ := e.holder.Load().(string)
+	h := e.Holder()
 	return !e.Leading() && h != "" && h != e.cfg.Identity
+}
+
+// Holder is the holder of the Lease as last seen; "" when none was seen.
+func (e *Elector) Holder() string {
+	h, _ := e.holder.Load().(string)
+	return h
 }
 
 // Identity is the name this Elector holds the Lease under.

@@ -1,11 +1,13 @@
 // Package status serves the exporter's live status page: the window and the
-// predicted window against the write rate over the last hour, and the last
-// expiry cycles. It reads the exporter's own collectors (those of the
+// predicted window against the write rate over the last hour, every
+// measured resource's window, the last expiry cycles, and what this process
+// is (mode, leader or standby, version). It reads the exporter's own collectors (those of the
 // families it plots, see Tee), so the page shows exactly what /metrics says.
 package status
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -36,9 +38,13 @@ const (
 	expiryCycles      = "watchcache_expiry_cycles_total"
 	expiryLast        = "watchcache_expiry_last_seconds"
 	staleDistanceLast = "watchcache_stale_distance_last_resource_versions"
+	windowLowerBound  = "watchcache_window_lower_bound"
+	fleetWindow       = "watchcache_fleet_window_seconds"
+	fleetLowerBound   = "watchcache_fleet_window_lower_bound"
 )
 
-var plotted = []string{windowSeconds, predictedWindow, measuredRate, targetRate, expiryCycles, expiryLast, staleDistanceLast}
+var plotted = []string{windowSeconds, predictedWindow, measuredRate, targetRate, expiryCycles, expiryLast, staleDistanceLast,
+	windowLowerBound, fleetWindow, fleetLowerBound}
 
 // Tee registers every collector with reg and, when it describes a family
 // the page plots, with page too; it unregisters from both. The page samples
@@ -102,9 +108,50 @@ func plots(c prometheus.Collector) bool {
 type Sample struct {
 	Time      int64              `json:"t"` // unix milliseconds
 	Window    map[string]float64 `json:"window"`
+	Fleet     *float64           `json:"fleet,omitempty"` // the ConfigMaps' fleet window
 	Predicted *float64           `json:"predicted,omitempty"`
-	Rate      *float64           `json:"rate,omitempty"`
-	Target    *float64           `json:"target,omitempty"`
+	// Rate is the write rate the model takes: the exporter's own writes
+	// under load, every write of the cluster in passive mode.
+	Rate   *float64 `json:"rate,omitempty"`
+	Target *float64 `json:"target,omitempty"`
+}
+
+// Window is a window as the page shows it; Lower marks a lower bound.
+type Window struct {
+	Seconds float64 `json:"seconds"`
+	Lower   bool    `json:"lower,omitempty"`
+}
+
+// Resource is one measured resource's window now: the fleet's and each
+// apiserver's.
+type Resource struct {
+	Group      string            `json:"group"`
+	Resource   string            `json:"resource"`
+	Fleet      *Window           `json:"fleet,omitempty"`
+	APIServers map[string]Window `json:"apiservers"`
+}
+
+// shortest is the window a client that may reconnect to any apiserver can
+// rely on: the fleet's, or the shortest known; +Inf when none is known.
+func (r Resource) shortest() float64 {
+	if r.Fleet != nil {
+		return r.Fleet.Seconds
+	}
+	m := math.Inf(1)
+	for _, w := range r.APIServers {
+		m = math.Min(m, w.Seconds)
+	}
+	return m
+}
+
+// About is what the page says of the process besides its series.
+type About struct {
+	// Mode is "load" or "passive".
+	Mode    string
+	Version string
+	// Role says what this process is now: "leader", "standby" (and the
+	// holder of the Lease), or "" while it holds nothing and sees no holder.
+	Role func() (role, holder string)
 }
 
 // Cycle is one completed expiry cycle.
@@ -121,16 +168,21 @@ type Page struct {
 	g        prometheus.Gatherer
 	interval time.Duration
 	keep     int
+	about    About
 
-	mu      sync.Mutex
-	samples []Sample
-	cycles  []Cycle
-	counts  map[[2]string]float64 // (apiserver, bookmark_result) -> cycles seen
+	mu        sync.Mutex
+	samples   []Sample
+	cycles    []Cycle
+	counts    map[[2]string]float64 // (apiserver, bookmark_result) -> cycles seen
+	resources []Resource            // the last sample's, shortest window first
 }
 
 // New samples g every interval and keeps the last keep samples.
-func New(g prometheus.Gatherer, interval time.Duration, keep int) *Page {
-	return &Page{g: g, interval: interval, keep: keep, counts: map[[2]string]float64{}}
+func New(g prometheus.Gatherer, interval time.Duration, keep int, about About) *Page {
+	if about.Role == nil {
+		about.Role = func() (string, string) { return "", "" }
+	}
+	return &Page{g: g, interval: interval, keep: keep, about: about, counts: map[[2]string]float64{}}
 }
 
 // Run samples until ctx ends.
@@ -183,14 +235,18 @@ func (p *Page) sample(now time.Time) {
 		byName[f.GetName()] = f
 	}
 	s := Sample{Time: now.UnixMilli(), Window: map[string]float64{}}
+	configMaps := func(m *dto.Metric) bool { return label(m, "group") == "" && label(m, "resource") == "configmaps" }
 	for _, m := range byName[windowSeconds].GetMetric() {
-		if r := label(m, "resource"); r != "" && r != "configmaps" {
-			continue // --resources: the page shows the ConfigMap measurement
-		}
-		if v := finite(value(m)); v != nil {
+		if v := finite(value(m)); v != nil && configMaps(m) {
 			s.Window[label(m, "apiserver")] = *v
 		}
 	}
+	for _, m := range byName[fleetWindow].GetMetric() {
+		if configMaps(m) {
+			s.Fleet = finite(value(m))
+		}
+	}
+	resources := resourceWindows(byName)
 	// One line for the prediction: the shortest over the apiservers, what a
 	// client that may reconnect to any of them can rely on.
 	for _, m := range byName[predictedWindow].GetMetric() {
@@ -198,8 +254,12 @@ func (p *Page) sample(now time.Time) {
 			s.Predicted = v
 		}
 	}
+	source := "exporter"
+	if p.about.Mode == "passive" {
+		source = "cluster"
+	}
 	for _, m := range byName[measuredRate].GetMetric() {
-		if label(m, "source") == "exporter" {
+		if label(m, "source") == source {
 			s.Rate = finite(value(m))
 		}
 	}
@@ -217,6 +277,7 @@ func (p *Page) sample(now time.Time) {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.resources = resources
 	p.samples = append(p.samples, s)
 	if len(p.samples) > p.keep {
 		p.samples = p.samples[len(p.samples)-p.keep:]
@@ -246,6 +307,54 @@ func (p *Page) sample(now time.Time) {
 	}
 }
 
+// resourceWindows are every measured resource's windows, shortest first;
+// resources whose window is not known go last.
+func resourceWindows(byName map[string]*dto.MetricFamily) []Resource {
+	type key struct{ group, resource string }
+	byKey := map[key]*Resource{}
+	get := func(m *dto.Metric) *Resource {
+		k := key{label(m, "group"), label(m, "resource")}
+		r := byKey[k]
+		if r == nil {
+			r = &Resource{Group: k.group, Resource: k.resource, APIServers: map[string]Window{}}
+			byKey[k] = r
+		}
+		return r
+	}
+	lower := func(fam, apiserver, group, resource string) bool {
+		for _, m := range byName[fam].GetMetric() {
+			if label(m, "apiserver") == apiserver && label(m, "group") == group && label(m, "resource") == resource {
+				return value(m) == 1
+			}
+		}
+		return false
+	}
+	for _, m := range byName[windowSeconds].GetMetric() {
+		r := get(m)
+		if v := finite(value(m)); v != nil {
+			a := label(m, "apiserver")
+			r.APIServers[a] = Window{Seconds: *v, Lower: lower(windowLowerBound, a, r.Group, r.Resource)}
+		}
+	}
+	for _, m := range byName[fleetWindow].GetMetric() {
+		r := get(m)
+		if v := finite(value(m)); v != nil {
+			r.Fleet = &Window{Seconds: *v, Lower: lower(fleetLowerBound, "", r.Group, r.Resource)}
+		}
+	}
+	out := make([]Resource, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b Resource) int {
+		if c := cmp.Compare(a.shortest(), b.shortest()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Group+"/"+a.Resource, b.Group+"/"+b.Resource)
+	})
+	return out
+}
+
 // JSONPath is where Handler serves the page's data.
 const JSONPath = "/status.json"
 
@@ -256,12 +365,21 @@ func (p *Page) Handler(metricsPath string) http.Handler {
 	csp := contentSecurityPolicy(page)
 	mux := http.NewServeMux()
 	mux.HandleFunc(JSONPath, func(w http.ResponseWriter, _ *http.Request) {
+		role, holder := p.about.Role()
+		type about struct {
+			Mode    string `json:"mode"`
+			Version string `json:"version"`
+			Role    string `json:"role"`
+			Holder  string `json:"holder,omitempty"`
+		}
 		p.mu.Lock()
 		cycles := append([]Cycle(nil), p.cycles...)
 		data := struct {
-			Samples []Sample `json:"samples"`
-			Cycles  []Cycle  `json:"cycles"`
-		}{append([]Sample(nil), p.samples...), cycles}
+			About     about      `json:"about"`
+			Samples   []Sample   `json:"samples"`
+			Cycles    []Cycle    `json:"cycles"`
+			Resources []Resource `json:"resources"`
+		}{about{p.about.Mode, p.about.Version, role, holder}, append([]Sample(nil), p.samples...), cycles, p.resources}
 		p.mu.Unlock()
 		sort.Slice(data.Cycles, func(i, j int) bool { return data.Cycles[i].Time > data.Cycles[j].Time })
 		w.Header().Set("Content-Type", "application/json")

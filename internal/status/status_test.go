@@ -14,18 +14,18 @@ import (
 
 func TestPage(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_window_seconds"}, []string{"apiserver"})
+	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_window_seconds"}, []string{"apiserver", "group", "resource"})
 	cycles := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchcache_expiry_cycles_total"}, []string{"apiserver", "bookmark_result"})
 	expiry := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "watchcache_expiry_last_seconds"}, []string{"apiserver"})
 	predicted := prometheus.NewGauge(prometheus.GaugeOpts{Name: "watchcache_predicted_window_seconds"})
 	reg.MustRegister(window, cycles, expiry, predicted)
-	p := New(reg, time.Second, 2)
+	p := New(reg, time.Second, 2, About{Mode: "load"})
 
 	predicted.Set(nan())
-	window.WithLabelValues("a:6443").Set(80)
+	window.WithLabelValues("a:6443", "", "configmaps").Set(80)
 	cycles.WithLabelValues("a:6443", "ok")
 	p.sample(time.Unix(100, 0))
-	window.WithLabelValues("a:6443").Set(81)
+	window.WithLabelValues("a:6443", "", "configmaps").Set(81)
 	predicted.Set(79.5)
 	expiry.WithLabelValues("a:6443").Set(76)
 	cycles.WithLabelValues("a:6443", "ok").Inc()
@@ -80,7 +80,7 @@ func TestPageCyclesAfterLeaseWonBack(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cycles := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "watchcache_expiry_cycles_total"}, []string{"apiserver", "bookmark_result"})
 	reg.MustRegister(cycles)
-	p := New(reg, time.Second, 10)
+	p := New(reg, time.Second, 10, About{})
 	for i := range 3 {
 		cycles.WithLabelValues("a:6443", "ok").Inc()
 		cycles.WithLabelValues("gone:6443", "ok").Inc()
@@ -127,7 +127,7 @@ func TestTee(t *testing.T) {
 	if got := names(reg); len(got) != 2 {
 		t.Errorf("main registry: %v, want both families", got)
 	}
-	p := New(page, time.Second, 1)
+	p := New(page, time.Second, 1, About{})
 	p.sample(time.Unix(100, 0))
 	if w := p.samples[0].Window; len(w) != 1 || w["a:6443"] != 80 {
 		t.Errorf("sampled window %v, want 80 s for a:6443 (configmaps only)", w)
@@ -141,5 +141,92 @@ func TestTee(t *testing.T) {
 	}
 	if got := append(names(page), names(reg)...); len(got) != 0 {
 		t.Errorf("after unregister: %v left", got)
+	}
+}
+
+// The rate line is the rate the model takes: the exporter's own writes
+// under load, the cluster's in passive mode, where the exporter writes
+// nothing.
+func TestPageRateByMode(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rate := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: measuredRate}, []string{"source"})
+	reg.MustRegister(rate)
+	rate.WithLabelValues("exporter").Set(0)
+	rate.WithLabelValues("cluster").Set(42)
+	for mode, want := range map[string]float64{"load": 0, "passive": 42} {
+		p := New(reg, time.Second, 1, About{Mode: mode})
+		p.sample(time.Unix(100, 0))
+		if r := p.samples[0].Rate; r == nil || *r != want {
+			t.Errorf("%s mode: rate %v, want %v", mode, r, want)
+		}
+	}
+}
+
+// Every measured resource's window, shortest first (the fleet's where there
+// is one), lower bounds marked, unknown windows last; and what the process
+// is: a standby names the holder.
+func TestPageResources(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	labels := []string{"apiserver", "group", "resource"}
+	window := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: windowSeconds}, labels)
+	lower := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: windowLowerBound}, labels)
+	fleet := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: fleetWindow}, []string{"group", "resource"})
+	fleetLower := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: fleetLowerBound}, []string{"group", "resource"})
+	reg.MustRegister(window, lower, fleet, fleetLower)
+	for _, w := range []struct {
+		apiserver, group, resource string
+		seconds, lower             float64
+	}{
+		{"a:6443", "", "configmaps", 80, 0}, {"b:6443", "", "configmaps", 90, 0},
+		{"a:6443", "", "pods", 30, 0}, {"b:6443", "", "pods", 20, 0},
+		{"a:6443", "coordination.k8s.io", "leases", 600, 1},
+		{"a:6443", "example.com", "widgets", nan(), nan()},
+	} {
+		window.WithLabelValues(w.apiserver, w.group, w.resource).Set(w.seconds)
+		lower.WithLabelValues(w.apiserver, w.group, w.resource).Set(w.lower)
+	}
+	fleet.WithLabelValues("", "configmaps").Set(80)
+	fleetLower.WithLabelValues("", "configmaps").Set(0)
+	p := New(reg, time.Second, 1, About{Mode: "passive", Version: "1.2.3", Role: func() (string, string) { return "standby", "pod-b_x1" }})
+	p.sample(time.Unix(100, 0))
+	if s := p.samples[0]; s.Fleet == nil || *s.Fleet != 80 {
+		t.Errorf("sampled fleet window %v, want the ConfigMaps' 80 s", s.Fleet)
+	}
+
+	rec := httptest.NewRecorder()
+	p.Handler("/m").ServeHTTP(rec, httptest.NewRequest("GET", "/status.json", nil))
+	var got struct {
+		About struct {
+			Mode, Version, Role, Holder string
+		}
+		Resources []Resource
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if a := got.About; a.Mode != "passive" || a.Version != "1.2.3" || a.Role != "standby" || a.Holder != "pod-b_x1" {
+		t.Errorf("about %+v", a)
+	}
+	var order []string
+	for _, r := range got.Resources {
+		order = append(order, r.Resource)
+	}
+	if want := "pods configmaps leases widgets"; strings.Join(order, " ") != want {
+		t.Errorf("resources in the order %v, want %s (shortest first, unknown last)", order, want)
+	}
+	if len(got.Resources) == 4 {
+		pods, cms, leases, widgets := got.Resources[0], got.Resources[1], got.Resources[2], got.Resources[3]
+		if pods.Fleet != nil || pods.APIServers["b:6443"].Seconds != 20 || len(pods.APIServers) != 2 {
+			t.Errorf("pods %+v: want no fleet window, 20 s on b", pods)
+		}
+		if cms.Fleet == nil || cms.Fleet.Seconds != 80 || cms.Fleet.Lower {
+			t.Errorf("configmaps' fleet window %+v, want 80 s exact", cms.Fleet)
+		}
+		if w := leases.APIServers["a:6443"]; w.Seconds != 600 || !w.Lower || leases.Group != "coordination.k8s.io" {
+			t.Errorf("leases %+v: want at least 600 s on a", leases)
+		}
+		if len(widgets.APIServers) != 0 {
+			t.Errorf("widgets %+v: an unknown window is no window", widgets)
+		}
 	}
 }
