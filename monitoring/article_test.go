@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/test/browser"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -224,7 +225,13 @@ func TestArticleOnRealPrometheus(t *testing.T) {
 
 	// The dashboards on what both Prometheus servers scraped of the run.
 	checkDashboards(t, proms)
-	checkStatusPage(t, e.Addr, "")
+	page := browser.CheckStatusPage(t, e.Addr, "")
+	if !strings.Contains(page.About, "mode: load") || !strings.Contains(page.About, "leader") {
+		t.Errorf("status page says %q, want load mode and leader", page.About)
+	}
+	if want := []string{"configmaps", "pods", "leases.coordination.k8s.io"}; len(page.Resources) != len(want) {
+		t.Errorf("status page lists %v, want %v", page.Resources, want)
+	}
 
 	// A graceful stop deletes what the exporter made.
 	if code := e.Stop(t); code != 0 {

@@ -6,11 +6,8 @@ import (
 	"image/color"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,77 +17,13 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/watchcache/watchcache-exporter/test/browser"
 	"github.com/watchcache/watchcache-exporter/test/promtest"
-	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
 // UpdateDocsEnv, when "1", makes TestDocsPictures write the status page's
 // screenshot and a plot of the main panels into docs/.
-const UpdateDocsEnv = "WATCHCACHE_UPDATE_DOCS"
-
-func chromium(t *testing.T) string {
-	t.Helper()
-	testcluster.Real(t)
-	p, err := exec.LookPath("chromium")
-	if err != nil {
-		testcluster.Missing(t, "chromium not found; install Debian's chromium with `make chromium` (make test does)")
-	}
-	return p
-}
-
-// Flags that keep Chromium off this machine's closed network and quiet.
-func chromiumArgs(t *testing.T, extra ...string) []string {
-	return append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=8000"}, extra...)
-}
-
-var dataPoints = regexp.MustCompile(`<path id="(window-[^"]+|predicted|rate)"[^>]*data-points="(\d+)"`)
-
-// checkStatusPage loads the exporter's status page in headless Chromium and
-// checks that its chart drew the window with data; with a path, it saves a
-// screenshot there too.
-func checkStatusPage(t *testing.T, addr, screenshot string) {
-	t.Helper()
-	bin := chromium(t)
-	page := "http://" + addr + "/"
-	out, err := exec.Command(bin, chromiumArgs(t, "--dump-dom", page)...).Output()
-	if err != nil {
-		t.Fatalf("chromium --dump-dom %s: %v", page, err)
-	}
-	points := map[string]int{}
-	for _, m := range dataPoints.FindAllStringSubmatch(string(out), -1) {
-		n, _ := strconv.Atoi(m[2])
-		points[m[1]] = n
-	}
-	window := 0
-	for id, n := range points {
-		if id != "predicted" && id != "rate" {
-			window += n
-		}
-	}
-	if window == 0 || points["rate"] == 0 {
-		t.Errorf("status page in Chromium: chart lines and their points %v; want window and rate lines with data", points)
-	}
-	// The legend is built from text nodes, under the page's CSP.
-	if !strings.Contains(string(out), `id="legend"><span style="color:`) {
-		t.Errorf("status page in Chromium: no legend drawn")
-	}
-	if screenshot != "" {
-		if out, err := exec.Command(bin, chromiumArgs(t, "--window-size=960,720", "--screenshot="+mustAbs(t, screenshot), page)...).CombinedOutput(); err != nil {
-			t.Errorf("screenshot: %v\n%s", err, out)
-		}
-	}
-}
-
-func mustAbs(t *testing.T, p string) string {
-	t.Helper()
-	a, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
+const UpdateDocsEnv = browser.UpdateDocsEnv
 
 // plotPanels draws the main panels from Prometheus' data of the run into
 // docs/panels.png: the window (measured and predicted) and the write rate.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/test/browser"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/promtest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
@@ -128,6 +129,6 @@ func TestDocsPictures(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Until(start.Add(7 * time.Minute)))
-	checkStatusPage(t, exp.Addr, filepath.Join("..", "docs", "status-page.png"))
+	browser.CheckStatusPage(t, exp.Addr, filepath.Join("..", "docs", "status-page.png"))
 	plotPanels(t, proms[0], start, time.Now())
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/test/browser"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -171,6 +174,21 @@ func TestEveryResourceWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		samples = append(samples, s)
+	}
+	// The status page of a passive exporter: it plots the cluster's write
+	// rate (the exporter writes nothing) and lists every measured resource.
+	shot := ""
+	if os.Getenv(browser.UpdateDocsEnv) == "1" {
+		shot = filepath.Join("..", "docs", "status-page-passive.png")
+	}
+	page := browser.CheckStatusPage(t, exp.Addr, shot)
+	if !strings.Contains(page.About, "mode: passive") || !strings.Contains(page.About, "leader") {
+		t.Errorf("status page says %q, want passive mode and leader", page.About)
+	}
+	for _, r := range []string{"configmaps", "pods", "leases.coordination.k8s.io", "secrets", "events"} {
+		if !slices.Contains(page.Resources, r) {
+			t.Errorf("status page lists %v, without %s", page.Resources, r)
+		}
 	}
 	stopWrites()
 	t.Logf("writes: %d leases (%.1f/s asked), %d pods (%.1f/s asked), %d ConfigMaps (%.1f/s asked), %d events (%.1f/s asked, after %d) in %s",
