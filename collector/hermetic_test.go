@@ -382,7 +382,7 @@ watchcache_first_bookmark_last_seconds 60
 
 // A quiet ConfigMap whose marks somebody removed is watched and probed but
 // never touched: no new cycle starts, the object keeps their resourceVersion,
-// watchcache_objects_lost says so; with the marks back, the touches resume.
+// watchcache_exporter_objects_lost says so; with the marks back, the touches resume.
 func TestQuietTakenIsNotTouched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := fakecache.New(100)
@@ -407,8 +407,8 @@ func TestQuietTakenIsNotTouched(t *testing.T) {
 		if got := r.value(t, "watchcache_quiet_touches_total"); got != touches {
 			t.Errorf("touches %v -> %v while quiet was not the exporter's", touches, got)
 		}
-		if got := r.value(t, "watchcache_objects_lost"); got != 1 {
-			t.Errorf("watchcache_objects_lost = %v, want 1", got)
+		if got := r.value(t, "watchcache_exporter_objects_lost"); got != 1 {
+			t.Errorf("watchcache_exporter_objects_lost = %v, want 1", got)
 		}
 		if w := r.value(t, "watchcache_window_seconds"); math.IsNaN(w) {
 			t.Error("window NaN: the window probe stopped with the touches")
@@ -417,7 +417,7 @@ func TestQuietTakenIsNotTouched(t *testing.T) {
 		srv.Put(marks)
 		time.Sleep(5 * time.Second)
 		after := r.value(t, "watchcache_quiet_touches_total")
-		lost := r.value(t, "watchcache_objects_lost")
+		lost := r.value(t, "watchcache_exporter_objects_lost")
 		r.stop()
 		if after <= touches || lost != 0 {
 			t.Errorf("with the marks back: touches %v -> %v, lost %v; want touches resumed and 0 lost", touches, after, lost)
@@ -446,7 +446,7 @@ func TestProbesPauseAsAsked(t *testing.T) {
 		srv.Lock()
 		n := windowProbes
 		srv.Unlock()
-		throttled := r.value(t, "watchcache_api_errors_total", "operation", "probe", "reason", "TooManyRequests")
+		throttled := r.value(t, "watchcache_exporter_api_errors_total", "operation", "probe", "reason", "TooManyRequests")
 		r.stop()
 		if n < 2 || n > 3 {
 			t.Errorf("%d window probes in 12 s of 429s asking for 5 s, want 3 (at 0, 5 and 10 s), not one a second", n)

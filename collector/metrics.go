@@ -196,7 +196,7 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 			"1 while the long-lived watcher's watch is open."), []string{"watcher"}),
 		watchRestarts:    cv("watch_restarts_total", "Times a long-lived watcher reopened its watch, by why it had ended.", "watcher", "reason"),
 		relists:          cv("relists_total", "Times a long-lived watcher had to relist because its resourceVersion was refused with 410 Gone.", "watcher"),
-		apiErrors:        cv("api_errors_total", "Failed apiserver requests of the measurement, by operation and Kubernetes status reason (Forbidden, NotFound, TooManyRequests, CacheInitializing for a watch cache that is (re)initialising, ...).", "operation", "reason"),
+		apiErrors:        cv("exporter_api_errors_total", "Failed apiserver requests of the measurement, by operation and Kubernetes status reason (Forbidden, NotFound, TooManyRequests, CacheInitializing for a watch cache that is (re)initialising, ...).", "operation", "reason"),
 		quietRecreations: c("quiet_recreations_total", "Times the quiet ConfigMap was found deleted and created again."),
 		quietTouches:     c("quiet_touches_total", "Patches of the quiet ConfigMap, one at the start of each expiry cycle."),
 	}

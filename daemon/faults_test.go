@@ -150,7 +150,7 @@ func TestFaults(t *testing.T) {
 		wantUnwritten(t, cms, taken)
 		giveMarksBack(t, cms, taken)
 		e.WaitFor(t, 30*time.Second, "quiet the exporter's again", func(m exportertest.Metrics) bool {
-			return m.Value(t, "watchcache_objects_lost") == 0 && e.Ready()
+			return m.Value(t, "watchcache_exporter_objects_lost") == 0 && e.Ready()
 		})
 		f.recovered()
 		f.report()
@@ -171,7 +171,7 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.WaitFor(t, 45*time.Second, "noise-1 recreated and the exporter's again", func(m exportertest.Metrics) bool {
-			return m.Value(t, "watchcache_objects_lost") == 0 && e.Ready()
+			return m.Value(t, "watchcache_exporter_objects_lost") == 0 && e.Ready()
 		})
 		waitOwned(t, cms, taken.Name, 5*time.Second)
 		f.recovered()
@@ -341,13 +341,13 @@ func TestFaults(t *testing.T) {
 		f := begin(t)
 		m0 := a.Scrape(t)
 		a.WaitFor(t, 60*time.Second, "probes counted as TooManyRequests", func(m exportertest.Metrics) bool {
-			return grew(t, m0, m, 5, "watchcache_api_errors_total", "operation", "probe", "reason", "TooManyRequests")
+			return grew(t, m0, m, 5, "watchcache_exporter_api_errors_total", "operation", "probe", "reason", "TooManyRequests")
 		})
 		f.detected()
 		m1 := a.Scrape(t)
 		// Each 429 is the answer of its own request: none turns into a
 		// deadline after client-go's silent retries.
-		if v, err := m1.Get("watchcache_api_errors_total", "operation", "probe", "reason", "Unknown"); err == nil && v > m0.Value(t, "watchcache_api_errors_total", "operation", "probe", "reason", "Unknown") {
+		if v, err := m1.Get("watchcache_exporter_api_errors_total", "operation", "probe", "reason", "Unknown"); err == nil && v > m0.Value(t, "watchcache_exporter_api_errors_total", "operation", "probe", "reason", "Unknown") {
 			t.Errorf("%v probe errors of reason Unknown under a level that rejects: 429s retried into deadlines", v)
 		}
 		if err := fc.FlowSchemas().Delete(ctx, fs.Name, metav1.DeleteOptions{}); err != nil {
@@ -403,7 +403,7 @@ func TestFaults(t *testing.T) {
 			t.Errorf("%.1f throttled writes a second with %v workers: Retry-After not honoured", throttled, workers)
 		}
 		// The measurement's requests are in other levels: no error at all.
-		if errs := m2.Samples("watchcache_api_errors_total", "operation"); len(errs) > 0 {
+		if errs := m2.Samples("watchcache_exporter_api_errors_total", "operation"); len(errs) > 0 {
 			t.Errorf("measurement errors under APF: %v", errs)
 		}
 		if v, err := m2.Get("watchcache_reconnects_total", "from", "bookmark", "result", "error"); err == nil && v > 0 {
@@ -663,7 +663,7 @@ func takeMarks(t *testing.T, cms configMaps, name string) *corev1.ConfigMap {
 func waitLost(t *testing.T, e *exportertest.Exporter, name string) {
 	t.Helper()
 	e.WaitFor(t, 30*time.Second, name+" reported lost", func(m exportertest.Metrics) bool {
-		return m.Value(t, "watchcache_objects_lost") == 1 && !e.Ready()
+		return m.Value(t, "watchcache_exporter_objects_lost") == 1 && !e.Ready()
 	})
 }
 

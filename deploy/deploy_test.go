@@ -255,7 +255,7 @@ func TestDeploy(t *testing.T) {
 					metric(m, "watchcache_watch_open", "watcher", "plain") == 1 &&
 					metric(m, "watchcache_reconnects_total", "from", "stale", "result", "ok") > 0
 			})
-			if errs := m.Samples("watchcache_api_errors_total", "operation"); len(errs) > 0 {
+			if errs := m.Samples("watchcache_exporter_api_errors_total", "operation"); len(errs) > 0 {
 				t.Errorf("args %v: API errors under deploy's RBAC: %v", mode, errs)
 			}
 			if !slices.Contains(mode, "--load.rate=0") && metric(m, "watchcache_load_writes_total", "result", "ok") <= 0 {

@@ -66,8 +66,8 @@ func TestWriterLeavesObjectsNotOwned(t *testing.T) {
 			if got := srv.Get("noise-1"); got.ResourceVersion != taken.ResourceVersion {
 				t.Errorf("the taken object was written: RV %s -> %s, data %v", taken.ResourceVersion, got.ResourceVersion, got.Data)
 			}
-			if got := gauge(t, reg, "watchcache_objects_lost"); got != 1 {
-				t.Errorf("watchcache_objects_lost = %v, want 1", got)
+			if got := gauge(t, reg, "watchcache_exporter_objects_lost"); got != 1 {
+				t.Errorf("watchcache_exporter_objects_lost = %v, want 1", got)
 			}
 			srv.Delete("noise-1")
 			time.Sleep(31 * time.Second)
@@ -75,8 +75,8 @@ func TestWriterLeavesObjectsNotOwned(t *testing.T) {
 				t.Errorf("noise-1 not recreated and written after its deletion: %v", got)
 			}
 		})
-		if got := gauge(t, reg, "watchcache_objects_lost"); got != 0 {
-			t.Errorf("watchcache_objects_lost = %v after the recreation, want 0", got)
+		if got := gauge(t, reg, "watchcache_exporter_objects_lost"); got != 0 {
+			t.Errorf("watchcache_exporter_objects_lost = %v after the recreation, want 0", got)
 		}
 		// One refused patch finds the lost marks; after it the object is skipped.
 		if got := writes(t, reg, "error"); got != 1 {

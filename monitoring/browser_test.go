@@ -80,7 +80,7 @@ func plotPanels(t *testing.T, prom promtest.Server, from, to time.Time) {
 	add(top, `watchcache_window_seconds{resource="configmaps"}`, "measured window", color.RGBA{31, 119, 180, 255}, false)
 	add(top, `watchcache_predicted_window_seconds`, "predicted window", color.RGBA{255, 127, 14, 255}, true)
 	add(top, `watchcache_expiry_last_seconds`, "time to first 410 (last)", color.RGBA{44, 160, 44, 255}, false)
-	add(bottom, `watchcache_measured_writes_per_second{source="exporter"}`, "exporter writes/s", color.RGBA{127, 127, 127, 255}, false)
+	add(bottom, `rate(watchcache_exporter_writes_total[30s])`, "exporter writes/s", color.RGBA{127, 127, 127, 255}, false)
 	add(bottom, `watchcache_load_target_writes_per_second`, "target", color.RGBA{188, 189, 34, 255}, true)
 	top.Legend.Top, bottom.Legend.Top = true, true
 	img := vgimg.New(vg.Points(800), vg.Points(560))

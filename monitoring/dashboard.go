@@ -71,13 +71,14 @@ func panels() []panel {
 			targets: []target{
 				{expr: `watchcache_window_seconds{` + selAS + cm + `}`, legend: "window {{apiserver}}"},
 				{expr: `watchcache_predicted_window_seconds{` + selAS + `}`, legend: "predicted window {{apiserver}}"},
-				{expr: `watchcache_measured_writes_per_second{` + sel + `}`, legend: "rate: writes/s ({{source}})"},
+				{expr: `rate(watchcache_exporter_writes_total{` + sel + `}[$__rate_interval])`, legend: "rate: the exporter's writes/s"},
+				{expr: `rate(watchcache_cluster_writes_total{` + sel + `}[$__rate_interval])`, legend: "rate: the cluster's writes/s"},
 				{expr: `watchcache_load_target_writes_per_second{` + sel + `}`, legend: "rate: target writes/s"},
 			}},
 		{title: "Window against write rate (XY)", kind: "xychart", unit: "s", w: 12, h: 9,
 			description: "Each point is one moment: the exporter's write rate (x) and the measured window (y). At steady rates the points lie on capacity/rate curves, one per ring-buffer size.",
 			targets: []target{
-				{expr: `max(watchcache_measured_writes_per_second{` + sel + `,source="exporter"})`, legend: "writes/s"},
+				{expr: `max(rate(watchcache_exporter_writes_total{` + sel + `}[$__rate_interval]))`, legend: "writes/s"},
 				{expr: `max(watchcache_window_seconds{` + selAS + cm + `})`, legend: "window"},
 			},
 			transform: []dashboard.DataTransformerConfig{{Id: "joinByField", Options: obj{"byField": "Time", "mode": "inner"}}},
@@ -140,7 +141,7 @@ func panels() []panel {
 		{title: "API errors", kind: "timeseries", unit: "reqps", w: 12, h: 8,
 			description: "Failed requests of the measurement by operation and reason (Forbidden: RBAC; NotFound: a deleted object; TooManyRequests: APF), and failed or throttled load writes.",
 			targets: []target{
-				{expr: `sum by (operation, reason) (rate(watchcache_api_errors_total{` + selAS + `}[$__rate_interval]))`, legend: "{{operation}} {{reason}}"},
+				{expr: `sum by (operation, reason) (rate(watchcache_exporter_api_errors_total{` + selAS + `}[$__rate_interval]))`, legend: "{{operation}} {{reason}}"},
 				{expr: `sum by (result) (rate(watchcache_load_writes_total{` + sel + `,result!="ok"}[$__rate_interval]))`, legend: "load {{result}}"},
 			}},
 		{title: "Every resource's window (--resources)", row: true},

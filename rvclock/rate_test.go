@@ -11,25 +11,24 @@ import (
 
 // A passive exporter polls the current RV every second while the cluster
 // writes 100/s; polls fail for 30 s, then resume. The rate after the gap is
-// the gap's average, not the whole jump in one interval, and the cluster
-// series goes while nothing is known.
+// the gap's average, not the whole jump in one interval, and the cluster's
+// counter goes while nothing is known.
 func TestRatesAfterGap(t *testing.T) {
 	hist := NewHistory(16)
 	reg := prometheus.NewRegistry()
 	r := NewRates(hist, true, time.Second, reg)
 	start := time.Now()
 	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
-	poll := func(s int) { hist.Observe(uint64(10_000+100*s), at(s).Add(-100*time.Millisecond)) }
+	rvAt := func(s int) uint64 { return uint64(10_000 + 100*s) }
+	poll := func(s int) { hist.Observe(rvAt(s), at(s).Add(-100*time.Millisecond)) }
 	cluster := func() (float64, bool) {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == "cluster" {
-					return m.GetGauge().GetValue(), true
-				}
+			if mf.GetName() == "watchcache_cluster_writes_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue(), true
 			}
 		}
 		return math.NaN(), false
@@ -42,15 +41,18 @@ func TestRatesAfterGap(t *testing.T) {
 	if got := r.Rate(); math.Abs(got-100) > 1e-6 {
 		t.Fatalf("steady rate = %v, want 100", got)
 	}
+	if got, ok := cluster(); !ok || got != float64(rvAt(5)) {
+		t.Fatalf("cluster counter %v (exported %v), want the newest RV, %d", got, ok, rvAt(5))
+	}
 	for s := 6; s < 36; s++ { // polls fail
 		r.tick(at(s))
 		got, ok := cluster()
 		if s-5 < silentIntervals { // the last reading was 0.1 s before the tick at 5 s
-			if !ok || math.Abs(got-100) > 1e-6 {
-				t.Fatalf("at %d s (%d s of silence): cluster rate %v (exported %v), want the last one, 100", s, s-5, got, ok)
+			if !ok || got != float64(rvAt(5)) {
+				t.Fatalf("at %d s (%d s of silence): cluster counter %v (exported %v), want the last RV, %d", s, s-5, got, ok, rvAt(5))
 			}
 		} else if ok {
-			t.Fatalf("at %d s (%d s of silence): cluster rate %v still exported", s, s-5, got)
+			t.Fatalf("at %d s (%d s of silence): cluster counter %v still exported", s, s-5, got)
 		}
 		if got := r.Rate(); math.Abs(got-100) > 1e-6 {
 			t.Fatalf("at %d s: the model's rate = %v during the gap, want the last known 100", s, got)
@@ -59,15 +61,33 @@ func TestRatesAfterGap(t *testing.T) {
 	poll(36)
 	r.tick(at(36))
 	got, ok := cluster()
-	if !ok || math.Abs(got-100) > 1e-6 || math.Abs(r.Rate()-100) > 1e-6 {
-		t.Fatalf("after the gap: cluster rate %v (exported %v), Rate %v; want 100 (3100 RVs over 31 s), not the jump in one interval", got, ok, r.Rate())
+	if !ok || got != float64(rvAt(36)) || math.Abs(r.Rate()-100) > 1e-6 {
+		t.Fatalf("after the gap: cluster counter %v (exported %v), Rate %v; want %d and 100 (3100 RVs over 31 s), not the jump in one interval", got, ok, r.Rate(), rvAt(36))
 	}
 
 	// A quiet cluster: the same RV read again is a rate of 0, not silence.
-	hist.Observe(13_600, at(37))
+	hist.Observe(rvAt(36), at(37))
 	r.tick(at(37).Add(time.Millisecond))
-	if got, ok := cluster(); !ok || got != 0 {
-		t.Fatalf("quiet cluster: cluster rate %v (exported %v), want 0", got, ok)
+	if got, ok := cluster(); !ok || got != float64(rvAt(36)) || r.Rate() != 0 {
+		t.Fatalf("quiet cluster: cluster counter %v (exported %v), Rate %v; want %d, 0", got, ok, r.Rate(), rvAt(36))
+	}
+}
+
+// The exporter's own writes are a counter of them, whatever the interval.
+func TestRatesOwnWrites(t *testing.T) {
+	hist := NewHistory(16)
+	reg := prometheus.NewRegistry()
+	NewRates(hist, false, time.Second, reg)
+	now := time.Now()
+	for i := range 7 {
+		hist.ObserveWrite(uint64(100+i), now)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != "watchcache_exporter_writes_total" || mfs[0].GetMetric()[0].GetCounter().GetValue() != 7 {
+		t.Errorf("families %v, want only watchcache_exporter_writes_total at 7 (no cluster counter before an RV is read)", mfs)
 	}
 }
 

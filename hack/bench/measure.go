@@ -95,7 +95,7 @@ func footprint(ctx context.Context, r *report, c *testcluster.Cluster, exe, kube
 		}
 		sleep(ctx, 30*time.Second)
 		pid := e.cmd.Process.Pid
-		c0, t0 := cpu(pid), time.Now()
+		c0, t0, w0 := cpu(pid), time.Now(), e.metric("watchcache_exporter_writes_total")
 		maxRSS := 0.0
 		var prec *precisionResult
 		// At 85 writes/s the second expiry cycle may come after steadyDur
@@ -103,7 +103,7 @@ func footprint(ctx context.Context, r *report, c *testcluster.Cluster, exe, kube
 		for (time.Since(t0) < *steadyDur || rate == 85 && prec == nil && time.Since(t0) < 6*time.Minute) && ctx.Err() == nil {
 			maxRSS = math.Max(maxRSS, rssMiB(pid))
 			if rate == 85 && prec == nil {
-				prec = checkPrecision(ctx, c, e)
+				prec = checkPrecision(ctx, c, e, w0, t0)
 			}
 			sleep(ctx, time.Second)
 		}
@@ -163,8 +163,9 @@ type precisionResult struct {
 
 // checkPrecision waits for the second expiry cycle (the first may have
 // started while the cache was still growing) and reads the apiserver's
-// capacity at that moment. It returns nil while the cycle has not come.
-func checkPrecision(ctx context.Context, c *testcluster.Cluster, e *exporterProc) *precisionResult {
+// capacity at that moment, and the exporter's write rate since t0, when its
+// writes counter read w0. It returns nil while the cycle has not come.
+func checkPrecision(ctx context.Context, c *testcluster.Cluster, e *exporterProc, w0 float64, t0 time.Time) *precisionResult {
 	total := 0.0
 	for _, res := range []string{"ok", "expired", "error", "none"} {
 		total += e.metric("watchcache_expiry_cycles_total", "bookmark_result", res)
@@ -178,7 +179,7 @@ func checkPrecision(ctx context.Context, c *testcluster.Cluster, e *exporterProc
 	}
 	return &precisionResult{
 		capacity:      capacity,
-		rate:          e.metric("watchcache_measured_writes_per_second", "source", "exporter"),
+		rate:          (e.metric("watchcache_exporter_writes_total") - w0) / time.Since(t0).Seconds(),
 		expiry:        e.metric("watchcache_expiry_last_seconds"),
 		windowRVs:     e.metric("watchcache_window_resource_versions"),
 		firstBookmark: e.metric("watchcache_first_bookmark_last_seconds"),

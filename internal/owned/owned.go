@@ -77,7 +77,7 @@ type Store struct {
 func NewStore(ns, quiet string, reg prometheus.Registerer, log logr.Logger, now func() time.Time) *Store {
 	s := &Store{
 		ns: ns, owner: ns + "/" + quiet, log: log, now: now, lost: map[string]time.Time{},
-		lostGauge: promauto.With(reg).NewGauge(promopts.Gauge("objects_lost",
+		lostGauge: promauto.With(reg).NewGauge(promopts.Gauge("exporter_objects_lost",
 			"ConfigMaps of the exporter's names that no longer carry its marks (label "+ManagedBySelector+", annotation "+OwnerAnnotation+"): no longer written or deleted, until their marks are back or they are deleted.")),
 	}
 	s.jsonPatch = fmt.Appendf(nil, `[{"op":"test","path":"/metadata/labels/%s","value":%q},{"op":"test","path":"/metadata/annotations/%s","value":%q},{"op":"add","path":"/data","value":{"seq":`,

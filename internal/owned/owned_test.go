@@ -116,9 +116,9 @@ func TestLostAndBack(t *testing.T) {
 		t.Errorf("their data became %v", got.Data)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP watchcache_objects_lost ConfigMaps of the exporter's names that no longer carry its marks (label app.kubernetes.io/managed-by=watchcache-exporter, annotation watchcache-exporter/owner): no longer written or deleted, until their marks are back or they are deleted.
-# TYPE watchcache_objects_lost gauge
-watchcache_objects_lost 1
+# HELP watchcache_exporter_objects_lost ConfigMaps of the exporter's names that no longer carry its marks (label app.kubernetes.io/managed-by=watchcache-exporter, annotation watchcache-exporter/owner): no longer written or deleted, until their marks are back or they are deleted.
+# TYPE watchcache_exporter_objects_lost gauge
+watchcache_exporter_objects_lost 1
 `)); err != nil {
 		t.Error(err)
 	}

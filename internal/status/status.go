@@ -33,7 +33,8 @@ var page []byte
 const (
 	windowSeconds     = "watchcache_window_seconds"
 	predictedWindow   = "watchcache_predicted_window_seconds"
-	measuredRate      = "watchcache_measured_writes_per_second"
+	exporterWrites    = "watchcache_exporter_writes_total"
+	clusterWrites     = "watchcache_cluster_writes_total"
 	targetRate        = "watchcache_load_target_writes_per_second"
 	expiryCycles      = "watchcache_expiry_cycles_total"
 	expiryLast        = "watchcache_expiry_last_seconds"
@@ -43,7 +44,7 @@ const (
 	fleetLowerBound   = "watchcache_fleet_window_lower_bound"
 )
 
-var plotted = []string{windowSeconds, predictedWindow, measuredRate, targetRate, expiryCycles, expiryLast, staleDistanceLast,
+var plotted = []string{windowSeconds, predictedWindow, exporterWrites, clusterWrites, targetRate, expiryCycles, expiryLast, staleDistanceLast,
 	windowLowerBound, fleetWindow, fleetLowerBound}
 
 // Tee registers every collector with reg and, when it describes a family
@@ -170,6 +171,11 @@ type Page struct {
 	keep     int
 	about    About
 
+	// Owned by sample: the write counter the rate line is taken from, as
+	// last read.
+	lastWrites float64
+	lastAt     time.Time
+
 	mu        sync.Mutex
 	samples   []Sample
 	cycles    []Cycle
@@ -254,14 +260,18 @@ func (p *Page) sample(now time.Time) {
 			s.Predicted = v
 		}
 	}
-	source := "exporter"
+	writes := exporterWrites
 	if p.about.Mode == "passive" {
-		source = "cluster"
+		writes = clusterWrites
 	}
-	for _, m := range byName[measuredRate].GetMetric() {
-		if label(m, "source") == source {
-			s.Rate = finite(value(m))
+	if ms := byName[writes].GetMetric(); len(ms) > 0 {
+		n := value(ms[0])
+		if !p.lastAt.IsZero() && n >= p.lastWrites {
+			s.Rate = finite((n - p.lastWrites) / now.Sub(p.lastAt).Seconds())
 		}
+		p.lastWrites, p.lastAt = n, now
+	} else {
+		p.lastAt = time.Time{} // unknown: no rate across the gap
 	}
 	if ms := byName[targetRate].GetMetric(); len(ms) > 0 {
 		s.Target = finite(value(ms[0]))

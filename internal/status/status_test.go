@@ -144,20 +144,33 @@ func TestTee(t *testing.T) {
 	}
 }
 
-// The rate line is the rate the model takes: the exporter's own writes
-// under load, the cluster's in passive mode, where the exporter writes
-// nothing.
+// The rate line is the rate the model takes, from the counters between two
+// samples: the exporter's own writes under load, the cluster's in passive
+// mode, where the exporter writes nothing.
 func TestPageRateByMode(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	rate := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: measuredRate}, []string{"source"})
-	reg.MustRegister(rate)
-	rate.WithLabelValues("exporter").Set(0)
-	rate.WithLabelValues("cluster").Set(42)
-	for mode, want := range map[string]float64{"load": 0, "passive": 42} {
-		p := New(reg, time.Second, 1, About{Mode: mode})
+	own := prometheus.NewCounter(prometheus.CounterOpts{Name: exporterWrites})
+	cluster := prometheus.NewCounter(prometheus.CounterOpts{Name: clusterWrites})
+	reg.MustRegister(own, cluster)
+	load, passive := New(reg, time.Second, 2, About{Mode: "load"}), New(reg, time.Second, 2, About{Mode: "passive"})
+	cluster.Add(1_000_000) // an RV, not a count since start
+	for _, p := range []*Page{load, passive} {
 		p.sample(time.Unix(100, 0))
-		if r := p.samples[0].Rate; r == nil || *r != want {
-			t.Errorf("%s mode: rate %v, want %v", mode, r, want)
+	}
+	own.Add(50)
+	cluster.Add(420)
+	for _, p := range []*Page{load, passive} {
+		p.sample(time.Unix(110, 0))
+	}
+	for mode, tc := range map[string]struct {
+		p    *Page
+		want float64
+	}{"load": {load, 5}, "passive": {passive, 42}} {
+		if r := tc.p.samples[0].Rate; r != nil {
+			t.Errorf("%s mode: a rate %v from the first sample alone", mode, *r)
+		}
+		if r := tc.p.samples[1].Rate; r == nil || *r != tc.want {
+			t.Errorf("%s mode: rate %v, want %v writes/s", mode, r, tc.want)
 		}
 	}
 }
