@@ -118,7 +118,7 @@ func Rules() RuleFile {
 				alert("WatchCacheBookmarkReconnectRefused",
 					`sum by (job, apiserver) (increase(watchcache_reconnects_total{from="bookmark",result="expired"}[10m])) > 0 unless on (job, apiserver) sum by (job, apiserver) (increase(watchcache_cache_resets_total[15m])) > 0`, 5*time.Minute, "warning",
 					"{{ $labels.apiserver }} refused a reconnect from the latest BOOKMARK's resourceVersion, with no rebuild of its cache.",
-					"Even informers that follow BOOKMARKs will relist after a reconnect: the window is shorter than the bookmark period (with the default history window, a write rate above about 1365/s: 102400 events / 75 s)."),
+					"Even informers that follow BOOKMARKs will relist after a reconnect: the window is shorter than the bookmark period (at the 102400-event cap of the default history window, a write rate above about 1700/s: 102400 events / 60 s)."),
 				alert("WatchCacheExporterLoadThrottled",
 					`sum by (job) (rate(watchcache_load_writes_total{result="throttled"}[5m])) > 0`, 10*time.Minute, "info",
 					"The apiserver throttles the exporter's load (429, API Priority and Fairness).",

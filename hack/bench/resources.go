@@ -78,7 +78,7 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 			return err
 		}
 	}
-	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), each point measured over %s, or one probe interval and 10 s if longer, after a 20 s warm-up against a passive exporter without `--resources` measuring the same apiservers (`--apiservers=` a list); resources are CRDs added to the built-in ones, each with no objects. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds.\n\n", scaleDur)
+	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), each point measured over %s, or one probe interval and 10 s if longer, after a 20 s warm-up against a passive exporter without `--resources` measuring the same apiservers (`--apiservers=` a list); resources are CRDs added to the built-in ones, each with no objects. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds. The CPU added is a difference between two runs a minute long on a busy 2-core machine: its noise (the negative figures) is larger than 1%% of a core, so the requests added, counted by the apiserver itself, are the figure to trust.\n\n", scaleDur)
 	fmt.Fprintln(r, "| resources | apiservers | interval s | exporter CPU % | exporter max RSS MiB | apiserver CPU % added | requests/s added per apiserver |")
 	fmt.Fprintln(r, "|---|---|---|---|---|---|---|")
 	cfg := c.AdminConfig()

@@ -30,7 +30,11 @@ func TestPush(t *testing.T) {
 	if err := run([]string{"push", "-archive", archive, "-to", to}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := remote.Image(name.MustParseReference(to))
+	ref, err := name.ParseReference(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
