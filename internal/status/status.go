@@ -164,6 +164,33 @@ type Cycle struct {
 	Bookmark  string   `json:"bookmarkReconnect"`
 }
 
+// rateSpan is how far back the rate line looks, as a Prometheus rate() over
+// 30 s would: the counters step once per poll, and a rate between two
+// samples alone zigzags by a poll's worth of writes.
+const rateSpan = 30 * time.Second
+
+type reading struct {
+	n  float64
+	at time.Time
+}
+
+// writeRate adds a reading of the write counter and returns the rate over
+// the readings of the last rateSpan, nil with one reading or after a reset.
+func (p *Page) writeRate(n float64, now time.Time) *float64 {
+	if k := len(p.writeReadings); k > 0 && n < p.writeReadings[k-1].n {
+		p.writeReadings = nil // a counter reset: no rate across it
+	}
+	p.writeReadings = append(p.writeReadings, reading{n, now})
+	for len(p.writeReadings) > 2 && now.Sub(p.writeReadings[1].at) >= rateSpan {
+		p.writeReadings = p.writeReadings[1:]
+	}
+	first := p.writeReadings[0]
+	if len(p.writeReadings) < 2 || !now.After(first.at) {
+		return nil
+	}
+	return finite((n - first.n) / now.Sub(first.at).Seconds())
+}
+
 // Page records samples from a registry and serves them.
 type Page struct {
 	g        prometheus.Gatherer
@@ -171,10 +198,9 @@ type Page struct {
 	keep     int
 	about    About
 
-	// Owned by sample: the write counter the rate line is taken from, as
-	// last read.
-	lastWrites float64
-	lastAt     time.Time
+	// Owned by sample: the readings of the write counter the rate line is
+	// taken from, over the last rateSpan.
+	writeReadings []reading
 
 	mu        sync.Mutex
 	samples   []Sample
@@ -265,13 +291,9 @@ func (p *Page) sample(now time.Time) {
 		writes = clusterWrites
 	}
 	if ms := byName[writes].GetMetric(); len(ms) > 0 {
-		n := value(ms[0])
-		if !p.lastAt.IsZero() && n >= p.lastWrites {
-			s.Rate = finite((n - p.lastWrites) / now.Sub(p.lastAt).Seconds())
-		}
-		p.lastWrites, p.lastAt = n, now
+		s.Rate = p.writeRate(value(ms[0]), now)
 	} else {
-		p.lastAt = time.Time{} // unknown: no rate across the gap
+		p.writeReadings = nil // unknown: no rate across the gap
 	}
 	if ms := byName[targetRate].GetMetric(); len(ms) > 0 {
 		s.Target = finite(value(ms[0]))

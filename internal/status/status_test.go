@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -172,6 +173,35 @@ func TestPageRateByMode(t *testing.T) {
 		if r := tc.p.samples[1].Rate; r == nil || *r != tc.want {
 			t.Errorf("%s mode: rate %v, want %v writes/s", mode, r, tc.want)
 		}
+	}
+}
+
+// The rate line is taken over the last 30 s, as a Prometheus rate(): a
+// counter that steps once per poll does not make it zigzag.
+func TestPageRateOverSpan(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	own := prometheus.NewCounter(prometheus.CounterOpts{Name: exporterWrites})
+	reg.MustRegister(own)
+	p := New(reg, 5*time.Second, 100, About{Mode: "load"})
+	// 10 writes/s, counted in steps of 20 every 2 s, sampled every 5 s:
+	// between two samples alone, 40 or 60 writes (8 or 12/s).
+	for sec := 0; sec <= 120; sec++ {
+		if sec%2 == 0 && sec > 0 {
+			own.Add(20)
+		}
+		if sec%5 == 0 {
+			p.sample(time.Unix(int64(1000+sec), 0))
+		}
+	}
+	for i, s := range p.samples[7:] {
+		if s.Rate == nil {
+			t.Errorf("sample %d: no rate", i+7)
+		} else if math.Abs(*s.Rate-10) > 10*0.07 {
+			t.Errorf("sample %d: rate %.2f, want 10 writes/s within 7%%", i+7, *s.Rate)
+		}
+	}
+	if n := len(p.writeReadings); n > 8 {
+		t.Errorf("%d readings kept, want those of the last 30 s only", n)
 	}
 }
 
