@@ -42,7 +42,7 @@ var (
 	steadyDur = flag.Duration("steady-duration", 3*time.Minute, "measuring time of each footprint point")
 	soakDur   = flag.Duration("soak-duration", 30*time.Minute, "length of the soak at 100 writes/s (0: none)")
 	fakeAddr  = flag.String("fake-apiserver", "", "internal: serve fake patches on this address and exit")
-	only      = flag.String("only", "", "run one part and put its sections into the existing report instead of writing a new one: footprint (sections 3 and 4) or resources (6)")
+	only      = flag.String("only", "", "run one part and put its sections into the existing report instead of writing a new one: load (sections 1 and 2), footprint (3 and 4), soak (5) or resources (6)")
 )
 
 const ns = "bench"
@@ -137,8 +137,21 @@ func run(ctx context.Context) error {
 			return err
 		}
 		return replaceSections(*out, r.String(), r.targets)
+	case "load": // sections 1 and 2
+		if err := loadAccuracy(ctx, &r, c, cs, exe, kubeconfig); err != nil {
+			return err
+		}
+		if err := ceiling(ctx, &r, exe); err != nil {
+			return err
+		}
+		return replaceSections(*out, "\n"+r.String(), r.targets)
+	case "soak": // section 5
+		if err := soak(ctx, &r, exe, kubeconfig); err != nil {
+			return err
+		}
+		return replaceSections(*out, r.String(), r.targets)
 	default:
-		return fmt.Errorf("-only=%q: want footprint or resources", *only)
+		return fmt.Errorf("-only=%q: want load, footprint, soak or resources", *only)
 	}
 	fmt.Fprintf(&r, "# Benchmarks\n\nWritten by `make bench` (hack/bench) on %s, %s: a 2-core machine running the pinned kube-apiserver v1.37.2 and etcd v3.7.3 on loopback, the exporter as a separate process (`bin/watchcache-exporter`). CPU is user+system time from /proc, as %% of one core.\n\n",
 		time.Now().UTC().Format("2006-01-02"), goVersion())
