@@ -74,7 +74,7 @@ func ceiling(ctx context.Context, r *report, exe string) error {
 	<-done
 	writes := float64(w1 - w0)
 	perCore := writes / (c1 - c0)
-	fmt.Fprintf(r, "\n## 2. Client-side ceiling\n\nThe load writer (64 workers, 8 objects, client-go with its rate limiter set to the cap) against a fake apiserver in another process that answers each PATCH with a ConfigMap and a fresh resourceVersion, for 20 s: %.0f patches/s using %.2f cores of this process: **%.0f patches/s per core**. Toward the 102400-event cap (above ~1365 writes/s) one exporter pod needs about %.2f cores of its own.\n",
+	fmt.Fprintf(r, "\n## 2. Client-side ceiling\n\nThe load writer (64 workers, 8 objects, client-go with its rate limiter set to the cap) against a fake apiserver in another process that answers each PATCH with a ConfigMap and a fresh resourceVersion, for 20 s: %.0f patches/s using %.2f cores of this process: **%.0f patches/s per core**. Toward the 102400-event cap (above ~1365 writes/s: [the sizing rules](how-it-works.md#the-apiservers-sizing-rules)) one exporter pod needs about %.2f cores of its own.\n",
 		writes/t1.Sub(t0).Seconds(), (c1-c0)/t1.Sub(t0).Seconds(), perCore, 1365/perCore)
 	r.target(perCore >= 5000, "Client-side ceiling at least 5000 patches/s per core", fmt.Sprintf("%.0f patches/s per core", perCore))
 	return nil

@@ -3,6 +3,7 @@
 package docs_test
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -182,18 +183,32 @@ func TestRepositoryLinksResolve(t *testing.T) {
 	t.Logf("%d repository links checked", n)
 }
 
-// No document cites the project's old design notes, which are not in the
-// repository.
-func TestNoOutsideDesignDocument(t *testing.T) {
+// No document cites anything outside the repository: not the project's old
+// design notes, nor a web page (links to loopback and example hosts, as in
+// commands, are not citations).
+func TestNoOutsideCitation(t *testing.T) {
 	root := root(t)
+	web := regexp.MustCompile(`\]\((https?://[^)\s]+)\)`)
 	for _, doc := range documents(t, root) {
 		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(text), "DESIGN.md") {
-			rel, _ := filepath.Rel(root, doc)
-			t.Errorf("%s cites DESIGN.md, which is not in the repository: the design is docs/how-it-works.md", rel)
+		rel, _ := filepath.Rel(root, doc)
+		for _, outside := range []string{"DESIGN.md", "../shared"} {
+			if strings.Contains(string(text), outside) {
+				t.Errorf("%s cites %s, which is not in the repository: the design is docs/how-it-works.md", rel, outside)
+			}
+		}
+		for _, m := range web.FindAllStringSubmatch(string(text), -1) {
+			u, err := url.Parse(m[1])
+			if err != nil {
+				t.Errorf("%s: link %s: %v", rel, m[1], err)
+				continue
+			}
+			if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "example.com" && !strings.HasSuffix(h, ".example.com") {
+				t.Errorf("%s links to %s, outside the repository: say it in the repository, or name it without a link", rel, m[1])
+			}
 		}
 	}
 }
