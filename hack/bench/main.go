@@ -131,12 +131,12 @@ func run(ctx context.Context) error {
 		if err := footprint(ctx, &r, c, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(*out, r.String(), r.targets)
+		return replaceSections(ctx, *out, r.String(), r.targets)
 	case "resources":
 		if err := resourcesCost(ctx, &r, c, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(*out, r.String(), r.targets)
+		return replaceSections(ctx, *out, r.String(), r.targets)
 	case "load": // sections 1 and 2
 		if err := loadAccuracy(ctx, &r, c, cs, exe, kubeconfig); err != nil {
 			return err
@@ -144,12 +144,12 @@ func run(ctx context.Context) error {
 		if err := ceiling(ctx, &r, exe); err != nil {
 			return err
 		}
-		return replaceSections(*out, "\n"+r.String(), r.targets)
+		return replaceSections(ctx, *out, "\n"+r.String(), r.targets)
 	case "soak": // section 5
 		if err := soak(ctx, &r, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(*out, r.String(), r.targets)
+		return replaceSections(ctx, *out, r.String(), r.targets)
 	default:
 		return fmt.Errorf("-only=%q: want load, footprint, soak or resources", *only)
 	}
@@ -177,6 +177,9 @@ func run(ctx context.Context) error {
 	fmt.Fprintf(&final, "%s", r.Bytes()[:bytes.Index(r.Bytes(), []byte("## 1."))])
 	fmt.Fprintf(&final, "## Summary\n\n| target | measured | |\n|---|---|---|\n%s\n\n", strings.Join(r.targets, "\n"))
 	final.Write(r.Bytes()[bytes.Index(r.Bytes(), []byte("## 1.")):])
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %s left as it was", *out)
+	}
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err
 	}

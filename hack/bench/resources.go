@@ -335,7 +335,10 @@ func countSeries(e *exporterProc, name string) int {
 // path in place of the old section N, or at its end, and its summary rows
 // (targets) into the summary table in place of those of the same target:
 // for -only, which runs one section.
-func replaceSections(path, sections string, targets []string) error {
+func replaceSections(ctx context.Context, path, sections string, targets []string) error {
+	if ctx.Err() != nil { // an interrupted part measured less than it says
+		return fmt.Errorf("interrupted: %s left as it was", path)
+	}
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
