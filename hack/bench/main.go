@@ -125,18 +125,32 @@ func run(ctx context.Context) error {
 		return err
 	}
 	var r report
+	// An interrupted part measured less than it says: the report stays as
+	// it was.
+	interrupted := func() error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %s left as it was", *out)
+		}
+		return nil
+	}
+	replace := func(sections string) error {
+		if err := interrupted(); err != nil {
+			return err
+		}
+		return replaceSections(*out, sections, r.targets)
+	}
 	switch *only {
 	case "":
 	case "footprint": // sections 3 and 4
 		if err := footprint(ctx, &r, c, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(ctx, *out, r.String(), r.targets)
+		return replace(r.String())
 	case "resources":
 		if err := resourcesCost(ctx, &r, c, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(ctx, *out, r.String(), r.targets)
+		return replace(r.String())
 	case "load": // sections 1 and 2
 		if err := loadAccuracy(ctx, &r, c, cs, exe, kubeconfig); err != nil {
 			return err
@@ -144,12 +158,12 @@ func run(ctx context.Context) error {
 		if err := ceiling(ctx, &r, exe); err != nil {
 			return err
 		}
-		return replaceSections(ctx, *out, "\n"+r.String(), r.targets)
+		return replace("\n" + r.String())
 	case "soak": // section 5
 		if err := soak(ctx, &r, exe, kubeconfig); err != nil {
 			return err
 		}
-		return replaceSections(ctx, *out, r.String(), r.targets)
+		return replace(r.String())
 	default:
 		return fmt.Errorf("-only=%q: want load, footprint, soak or resources", *only)
 	}
@@ -177,8 +191,8 @@ func run(ctx context.Context) error {
 	fmt.Fprintf(&final, "%s", r.Bytes()[:bytes.Index(r.Bytes(), []byte("## 1."))])
 	fmt.Fprintf(&final, "## Summary\n\n| target | measured | |\n|---|---|---|\n%s\n\n", strings.Join(r.targets, "\n"))
 	final.Write(r.Bytes()[bytes.Index(r.Bytes(), []byte("## 1.")):])
-	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted: %s left as it was", *out)
+	if err := interrupted(); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
@@ -111,6 +112,16 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 			}
 			sleep(ctx, time.Minute) // the apiserver's OpenAPI and controllers catch up with the new CRDs
 		}
+		served, err := servedResources(ctx, c)
+		if err != nil {
+			return err
+		}
+		// The apiserver's own background work drifts (its controllers,
+		// OpenAPI after CRDs change): passive exporters without --resources
+		// are measured before and after the one with it, for as long as it
+		// (one probe interval at the default budget, and 10 s); their mean
+		// is the base, their difference the noise.
+		dur := max(scaleDur, resources.Pace{Interval: 10 * time.Second, Budget: 5}.For(served)+10*time.Second)
 		for _, n := range []int{1, 3} {
 			as := c.APIServers()[:n]
 			urls := make([]string, n)
@@ -118,16 +129,6 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 				urls[i] = a.URL()
 			}
 			list := "--apiservers=" + strings.Join(urls, ",")
-			served, err := servedResources(ctx, c)
-			if err != nil {
-				return err
-			}
-			// The apiserver's own background work drifts (its controllers,
-			// OpenAPI after CRDs change): passive exporters without
-			// --resources are measured before and after the one with it, for
-			// as long as it (one probe interval at the default budget, and
-			// 10 s); their mean is the base, their difference the noise.
-			dur := max(scaleDur, time.Duration(2*float64(served)/5*float64(time.Second))+10*time.Second)
 			before, err := measureCost(ctx, c, as, exe, kubeconfig, dur, list)
 			if err != nil {
 				return err
@@ -335,10 +336,7 @@ func countSeries(e *exporterProc, name string) int {
 // path in place of the old section N, or at its end, and its summary rows
 // (targets) into the summary table in place of those of the same target:
 // for -only, which runs one section.
-func replaceSections(ctx context.Context, path, sections string, targets []string) error {
-	if ctx.Err() != nil { // an interrupted part measured less than it says
-		return fmt.Errorf("interrupted: %s left as it was", path)
-	}
+func replaceSections(path, sections string, targets []string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
