@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
+.PHONY: all build plugin image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
 
 all: build
 
@@ -22,6 +22,11 @@ all: build
 build: bin/watchcache-exporter
 bin/watchcache-exporter: FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/watchcache-exporter
+
+# The same binary as the kubectl plugin: kubectl runs `kubectl watchcache`
+# as kubectl-watchcache on $PATH (krew's manifest: .krew.yaml).
+plugin: bin/watchcache-exporter
+	cp bin/watchcache-exporter bin/kubectl-watchcache
 
 # The image, without a container engine: an archive for `ctr images import`,
 # `kind load image-archive`, `podman load` or `docker load`. The labels,

@@ -54,6 +54,41 @@ type Config struct {
 	HistoryWindow time.Duration
 	// Resources: other resources whose windows to measure too.
 	Resources ResourcesConfig
+	// OnCycle, when set, gets every expiry cycle as it ends: the experiment
+	// command's report. It is called from the probe loop, and must return
+	// at once.
+	OnCycle func(Cycle)
+}
+
+// Cycle is one expiry cycle, from the touch of quiet to the first 410 of
+// its RV, with what a client holding that RV or the latest BOOKMARK's
+// meets then.
+type Cycle struct {
+	StaleRV uint64    // quiet's RV as the touch left it
+	Started time.Time // the touch
+	Refused time.Time // the answer that refused StaleRV
+	Refusal Refusal
+	Message string // the apiserver's own words
+	Writes  uint64 // the exporter's writes from the touch to the refusal
+	// InCache is the exporter's writes newer than the refusal's O as it
+	// arrived: the events the cache held then, when nothing else writes
+	// configmaps.
+	InCache int
+	// The latest BOOKMARK, when there was one (RV 0: none), and the
+	// reconnect from its RV at the moment StaleRV was refused.
+	BookmarkRV     uint64
+	BookmarkAt     time.Time
+	BookmarkResult ProbeResult
+	// FirstBookmark is the first BOOKMARK of the bookmark watcher: its RV,
+	// and how long after the watch opened it came; PlainEvents are the
+	// events the plain watcher saw so far.
+	FirstBookmarkRV    uint64
+	FirstBookmarkAfter time.Duration
+	PlainEvents        uint64
+	// RelistRV is what a list of quiet said right after: where a client
+	// that relists starts again. 0 when the list failed (RelistErr).
+	RelistRV  uint64
+	RelistErr error
 }
 
 // farTooOldRV is older than any watch cache's history: the apiserver answers
@@ -76,6 +111,8 @@ type Collector struct {
 	plain, bookmarks *watcher
 	resources        *resourceWindows // nil without Config.Resources
 	latestBookmarkRV atomic.Uint64
+	latestBookmarkAt atomic.Int64 // unix ns
+	firstBookmark    atomic.Pointer[firstBookmark]
 
 	// Owned by Run's goroutine.
 	windowKnown bool
@@ -90,7 +127,13 @@ type Collector struct {
 		active bool
 		r0     uint64
 		t0     time.Time
+		w0     uint64 // own writes before the touch
 	}
+}
+
+type firstBookmark struct {
+	rv    uint64
+	after time.Duration
 }
 
 // New builds the Collector of one apiserver, which client reaches; store
@@ -159,7 +202,11 @@ func New(cfg Config, client kube.Core, store *owned.Store, hist *rvclock.History
 	return c, nil
 }
 
-func (c *Collector) observeBookmark(rv uint64, at time.Time) {
+func (c *Collector) observeBookmark(rv uint64, at time.Time, first time.Duration) {
+	if first > 0 {
+		c.firstBookmark.CompareAndSwap(nil, &firstBookmark{rv, first})
+	}
+	c.latestBookmarkAt.Store(at.UnixNano())
 	c.latestBookmarkRV.Store(rv)
 	// A BOOKMARK carries the cache's RV as of now: a point for the clock.
 	c.hist.Observe(rv, at)
@@ -231,6 +278,9 @@ func (c *Collector) probe(ctx context.Context) {
 	}
 	var stale, bookmark, window ProbeResult
 	var snap rvclock.Snapshot
+	var staleInCache int
+	var staleWrites uint64
+	bookmarkAt := time.Unix(0, c.latestBookmarkAt.Load())
 	bookmarkRV := c.latestBookmarkRV.Load()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -240,7 +290,12 @@ func (c *Collector) probe(ctx context.Context) {
 		snap = c.hist.SnapshotAfter(window.Refusal.Oldest)
 	})
 	if c.cycle.active {
-		wg.Go(func() { stale = c.prober.Probe(ctx, strconv.FormatUint(c.cycle.r0, 10)) })
+		wg.Go(func() {
+			stale = c.prober.Probe(ctx, strconv.FormatUint(c.cycle.r0, 10))
+			// What the exporter knows as the answer arrives, as for the
+			// window's snapshot.
+			staleInCache, staleWrites = c.hist.OwnWritesAfter(stale.Refusal.Oldest), c.hist.OwnWrites()
+		})
 	}
 	if bookmarkRV != 0 {
 		wg.Go(func() { bookmark = c.prober.Probe(ctx, strconv.FormatUint(bookmarkRV, 10)) })
@@ -269,7 +324,7 @@ func (c *Collector) probe(ctx context.Context) {
 			c.log.Info("expiry cycle abandoned: the stale resourceVersion was refused because the cache was reset, not because it expired", "staleResourceVersion", c.cycle.r0)
 			c.cycle.active = false
 		} else {
-			c.endCycle(stale, bookmark, bookmarkRV)
+			c.endCycle(ctx, stale, staleInCache, staleWrites, bookmark, bookmarkRV, bookmarkAt)
 		}
 	}
 }
@@ -297,7 +352,7 @@ func (c *Collector) startCycle(ctx context.Context) {
 	t0 := time.Now()
 	c.m.quietTouches.Inc()
 	c.hist.ObserveWrite(rv, t0)
-	c.cycle.active, c.cycle.r0, c.cycle.t0 = true, rv, t0
+	c.cycle.active, c.cycle.r0, c.cycle.t0, c.cycle.w0 = true, rv, t0, c.hist.OwnWrites()
 	c.m.distanceLive.Set(nan)
 	c.log.V(1).Info("expiry cycle started", "resourceVersion", rv)
 }
@@ -421,7 +476,7 @@ func (c *Collector) setWindowUnknown() {
 	}
 }
 
-func (c *Collector) endCycle(stale, bookmark ProbeResult, bookmarkRV uint64) {
+func (c *Collector) endCycle(ctx context.Context, stale ProbeResult, inCache int, writes uint64, bookmark ProbeResult, bookmarkRV uint64, bookmarkAt time.Time) {
 	expiry := stale.At.Sub(c.cycle.t0).Seconds()
 	c.m.expiry.Observe(expiry)
 	c.m.expiryLast.Set(expiry)
@@ -440,6 +495,23 @@ func (c *Collector) endCycle(stale, bookmark ProbeResult, bookmarkRV uint64) {
 	c.m.cycles.WithLabelValues(bm).Inc()
 	c.log.Info("expiry cycle complete: stale resourceVersion refused with 410", append(kv, "bookmarkReconnect", bm)...)
 	c.cycle.active = false
+	if c.cfg.OnCycle == nil {
+		return
+	}
+	cy := Cycle{
+		StaleRV: c.cycle.r0, Started: c.cycle.t0, Refused: stale.Answered,
+		Refusal: stale.Refusal, Message: stale.Message,
+		Writes: writes - c.cycle.w0, InCache: inCache,
+		PlainEvents: c.plain.events.Load(),
+	}
+	if bookmarkRV != 0 {
+		cy.BookmarkRV, cy.BookmarkAt, cy.BookmarkResult = bookmarkRV, bookmarkAt, bookmark
+	}
+	if fb := c.firstBookmark.Load(); fb != nil {
+		cy.FirstBookmarkRV, cy.FirstBookmarkAfter = fb.rv, fb.after
+	}
+	cy.RelistRV, cy.RelistErr = c.relistQuiet(ctx, true)
+	c.cfg.OnCycle(cy)
 }
 
 // Ready fails until both watchers have opened, and when either has been

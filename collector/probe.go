@@ -47,6 +47,7 @@ const (
 type ProbeResult struct {
 	Outcome Outcome
 	Refusal Refusal // when Expired
+	Message string  // when Expired: the apiserver's own words
 	Err     error   // when Error
 	// At is when the probe was sent, Answered when its answer arrived (for
 	// OK: when the settle time ended).
@@ -117,7 +118,8 @@ func (r ProbeResult) of(err error) ProbeResult {
 	if isGone(err) {
 		var st apierrors.APIStatus
 		errors.As(err, &st)
-		r.Outcome, r.Refusal = Expired, ParseRefusal(st.Status().Message)
+		r.Message = st.Status().Message
+		r.Outcome, r.Refusal = Expired, ParseRefusal(r.Message)
 		return r
 	}
 	r.Outcome, r.Err = Error, fmt.Errorf("watch: %w", err)

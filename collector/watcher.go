@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -70,8 +71,9 @@ type watcher struct {
 	errLog     *ratelog.Logger
 	minTimeout time.Duration
 	maxTimeout time.Duration
-	// onBookmark receives each BOOKMARK's RV and arrival time.
-	onBookmark func(rv uint64, at time.Time)
+	// onBookmark receives each BOOKMARK's RV and arrival time, and how long
+	// after its watch opened the first of each watch came (0 for others).
+	onBookmark func(rv uint64, at time.Time, first time.Duration)
 	// onChange receives quiet as each ADDED or MODIFIED event shows it.
 	onChange func(*corev1.ConfigMap)
 	// relist lists (and if need be creates) quiet and returns the RV to
@@ -79,6 +81,8 @@ type watcher struct {
 	relist func(ctx context.Context) (uint64, error)
 	// retryAfter is the pause the last failed request asked for; owned by run.
 	retryAfter time.Duration
+
+	events atomic.Uint64 // every event seen, over all its watches
 
 	mu         sync.Mutex
 	open       bool
@@ -212,6 +216,7 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 			return rv, endClosed
 		}
 		events++
+		w.events.Add(1)
 		w.m.watchEvents.WithLabelValues(w.name, string(ev.Type)).Inc()
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
@@ -234,9 +239,11 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		switch ev.Type {
 		case watch.Bookmark:
 			preTimeout := now.Sub(opened) >= timeout-preTimeoutMargin
+			var first time.Duration
 			switch {
 			case lastBookmark.IsZero():
-				d := now.Sub(opened).Seconds()
+				first = now.Sub(opened)
+				d := first.Seconds()
 				w.m.firstBookmark.Observe(d)
 				w.m.firstBookmarkLast.Set(d)
 				w.log.Info("first BOOKMARK", "watcher", w.name, "seconds", d, "resourceVersion", evRV)
@@ -251,7 +258,7 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 			}
 			lastBookmark = now
 			rv = evRV
-			w.onBookmark(evRV, now)
+			w.onBookmark(evRV, now, first)
 		case watch.Deleted:
 			// Somebody deleted quiet: make it again, at once.
 			if !w.bookmarks {

@@ -92,6 +92,7 @@ type parts struct {
 	resources *resources.Set // nil without --resources
 	objects   *resources.Objects
 	page      *status.Page
+	gatherer  prometheus.Gatherer // what /metrics serves
 	mux       http.Handler
 	probes    http.Handler // the probes alone, for --web.probe-address
 	// Either discovery finds the apiservers, or they are fixed.
@@ -239,6 +240,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			ProbeInterval: cfg.probeInterval,
 			HistoryWindow: cfg.historyWindow,
 			Resources:     res,
+			OnCycle:       cfg.cycleHook(ep.ID),
 		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, regs),
 			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, cfg.graceDur, clock.RealClock{}, regs, log.WithName("apiservers"))
@@ -276,6 +278,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			return "", ""
 		},
 	})
+	p.gatherer = reg
 	p.mux = newMux(cfg, reg, p.ready, p.page.Handler(cfg.telemetryPath))
 	p.probes = newProbeMux(p.ready)
 	return p, nil

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
+	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/internal/status"
 	"github.com/watchcache/watchcache-exporter/load"
 	"github.com/watchcache/watchcache-exporter/resources"
@@ -49,6 +50,9 @@ type config struct {
 	logLevel      string
 	logFormat     string
 	version       bool
+	// onCycle, when set, gets every expiry cycle of every apiserver (the
+	// experiment command); no flag sets it.
+	onCycle func(apiserver string, c collector.Cycle)
 }
 
 // errHelp is returned for --help: usage was printed, exit 0.
@@ -58,11 +62,18 @@ var errHelp = pflag.ErrHelp
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := newFlagSet(&c, stderr)
+	err := c.parse(fs, args)
+	return c, err
+}
+
+// parse parses args into c through fs, a flag set defined into c, and
+// validates the result.
+func (c *config) parse(fs *pflag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q: this command takes only flags", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q: this command takes only flags", fs.Arg(0))
 	}
 	var errs []error
 	c.schedule = load.Constant(c.loadRate)
@@ -80,7 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.resources, err = resources.ParseSpec(c.resourcesRaw); err != nil {
 		errs = append(errs, fmt.Errorf("--resources=%q: %w", c.resourcesRaw, err))
 	}
-	return c, errors.Join(append(errs, c.validate())...)
+	return errors.Join(append(errs, c.validate())...)
 }
 
 func (c config) validate() error {
@@ -326,4 +337,12 @@ func CheckFlags(args []string) error {
 // resourcesPace is how often each resource of --resources is measured.
 func (c config) resourcesPace() resources.Pace {
 	return resources.Pace{Interval: c.resourcesIvl, Budget: c.resourcesRate}
+}
+
+// cycleHook is onCycle for one apiserver; nil without onCycle.
+func (c config) cycleHook(apiserver string) func(collector.Cycle) {
+	if c.onCycle == nil {
+		return nil
+	}
+	return func(cy collector.Cycle) { c.onCycle(apiserver, cy) }
 }

@@ -1,5 +1,6 @@
 // Command watchcache-exporter measures how long the kube-apiserver's watch
-// cache keeps its history, and exports it to Prometheus.
+// cache keeps its history, and exports it to Prometheus; installed as
+// kubectl-watchcache, it is the kubectl plugin of the experiment.
 package main
 
 import (
@@ -8,11 +9,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/term"
+
 	"github.com/watchcache/watchcache-exporter/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(daemon.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(daemon.Command(ctx, os.Args[0], os.Args[1:], os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd()))))
 }

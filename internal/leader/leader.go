@@ -104,6 +104,30 @@ func (e *Elector) NotOurs(ctx context.Context) (bool, error) {
 	return !marked(l), nil
 }
 
+// HeldByOther names the holder of the Lease when another process holds it
+// and its term has not run out; "" when the Lease is free to take.
+func (e *Elector) HeldByOther(ctx context.Context) (string, error) {
+	l, err := e.client.Leases(e.cfg.Namespace).Get(ctx, e.cfg.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	h := ""
+	if l.Spec.HolderIdentity != nil {
+		h = *l.Spec.HolderIdentity
+	}
+	if h == "" || h == e.cfg.Identity {
+		return "", nil
+	}
+	if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+		time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+		return "", nil // its holder stopped renewing it
+	}
+	return h, nil
+}
+
 // marked says whether l carries the exporter's label: only such a Lease is
 // ever written.
 func marked(l *coordinationv1.Lease) bool { return l.Labels[owned.ManagedByLabel] == owned.ManagedBy }

@@ -49,10 +49,34 @@ func runChildIfAsked() {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := daemon.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := daemon.Command(ctx, os.Args[0], os.Args[1:], os.Stdout, os.Stderr, false)
 	stop()
 	os.Exit(code)
 }
+
+// Command is the exporter's command line with args, in a child process:
+// this test binary run again (see runChildIfAsked).
+func Command(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	return cmd
+}
+
+// PluginPath is a $PATH under which kubectl finds this test binary as the
+// kubectl-watchcache plugin, followed by the test's own $PATH; set
+// ChildEnv in the plugin's environment (kubectl passes its own on).
+func PluginPath(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Symlink(os.Args[0], filepath.Join(dir, daemon.PluginName)); err != nil {
+		t.Fatal(err)
+	}
+	return dir + string(os.PathListSeparator) + os.Getenv("PATH")
+}
+
+// ChildEnv is the environment entry that makes this test binary the
+// exporter's command line.
+const ChildEnv = childEnv + "=1"
 
 // Main runs the tests of a package that starts exporters, from its
 // TestMain: os.Exit(exportertest.Main(m)). In StartProcess's child it runs
@@ -72,8 +96,7 @@ func StartProcess(t *testing.T, cfg *rest.Config, args ...string) *Exporter {
 	addr := FreeAddr(t)
 	e := &Exporter{Addr: addr, cancel: func() {}, done: make(chan int, 1), logs: &SyncBuffer{}}
 	args = append([]string{"--kubeconfig=" + kubeconfig(t, cfg), "--web.listen-address=" + addr, "--log.format=text"}, args...)
-	e.cmd = exec.Command(os.Args[0], args...)
-	e.cmd.Env = append(os.Environ(), childEnv+"=1")
+	e.cmd = Command(args...)
 	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
