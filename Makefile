@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build plugin image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
+.PHONY: all build plugin plugin-dist image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
 
 all: build
 
@@ -27,6 +27,23 @@ bin/watchcache-exporter: FORCE
 # as kubectl-watchcache on $PATH (krew's manifest: .krew.yaml).
 plugin: bin/watchcache-exporter
 	cp bin/watchcache-exporter bin/kubectl-watchcache
+
+# The plugin's release archives for krew, and its manifest filled in.
+PLUGIN_PLATFORMS := linux_amd64 linux_arm64 darwin_amd64 darwin_arm64
+plugin-dist:
+	rm -rf dist && mkdir -p dist
+	set -e; for p in $(PLUGIN_PLATFORMS); do \
+	  mkdir -p dist/$$p; \
+	  CGO_ENABLED=0 GOOS=$${p%_*} GOARCH=$${p#*_} $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o dist/$$p/kubectl-watchcache ./cmd/watchcache-exporter; \
+	  cp LICENSE dist/$$p/; \
+	  tar -C dist/$$p -czf dist/kubectl-watchcache_$(VERSION)_$$p.tar.gz kubectl-watchcache LICENSE; \
+	done
+	set -e; grep -v '^#' krew/watchcache.yaml > dist/watchcache.yaml; \
+	for p in $(PLUGIN_PLATFORMS); do \
+	  sum=$$(sha256sum dist/kubectl-watchcache_$(VERSION)_$$p.tar.gz | cut -d' ' -f1); \
+	  sed -i -e "s/SHA256_$$p/$$sum/" dist/watchcache.yaml; \
+	done; \
+	sed -i -e "s/VERSION/$(VERSION)/g" dist/watchcache.yaml
 
 # The image, without a container engine: an archive for `ctr images import`,
 # `kind load image-archive`, `podman load` or `docker load`. The labels,
@@ -181,4 +198,4 @@ bench: kube-bin build
 	./bin/bench
 
 clean:
-	rm -rf bin .demo
+	rm -rf bin .demo dist
