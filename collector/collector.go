@@ -54,6 +54,9 @@ type Config struct {
 	HistoryWindow time.Duration
 	// Resources: other resources whose windows to measure too.
 	Resources ResourcesConfig
+	// Labels are constant labels on every series of this Collector: the
+	// daemon's apiserver label.
+	Labels prometheus.Labels
 	// OnCycle, when set, gets every expiry cycle as it ends: the experiment
 	// command's report. It is called from the probe loop, and must return
 	// at once.
@@ -163,7 +166,8 @@ func New(cfg Config, client kube.Core, store *owned.Store, hist *rvclock.History
 	if cfg.HistoryWindow <= 0 {
 		cfg.HistoryWindow = 75 * time.Second
 	}
-	rec := &recordingRegisterer{Registerer: reg}
+	rec := &recordingRegisterer{Registerer: prometheus.WrapRegistererWith(cfg.Labels, reg)}
+	tabs := tables{reg: &recordingRegisterer{Registerer: reg}, labels: cfg.Labels}
 	errLog := ratelog.New(log, 30*time.Second, time.Now)
 	c := &Collector{
 		cfg:    cfg,
@@ -171,7 +175,7 @@ func New(cfg Config, client kube.Core, store *owned.Store, hist *rvclock.History
 		store:  store,
 		hist:   hist,
 		rate:   rate,
-		m:      newMetrics(rec),
+		m:      newMetrics(rec, tabs),
 		pred:   model.NewPredictor(cfg.HistoryWindow, time.Now(), rec),
 		log:    log,
 		errLog: errLog,
@@ -197,7 +201,7 @@ func New(cfg Config, client kube.Core, store *owned.Store, hist *rvclock.History
 		if cfg.Resources.Pace.Interval <= 0 || cfg.Resources.Client == nil {
 			return nil, errors.New("Resources needs a Pace.Interval and a Client")
 		}
-		c.resources = newResourceWindows(cfg.Resources, c.m.windows, hist, rec, log.WithName("resources"))
+		c.resources = newResourceWindows(cfg.Resources, c.m.windows, hist, rec, tabs, log.WithName("resources"))
 	}
 	return c, nil
 }

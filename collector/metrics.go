@@ -73,16 +73,15 @@ func (w Window) LowerBoundValue() float64 {
 	return 0
 }
 
-func newWindowVecs(reg prometheus.Registerer) *windowVecs {
+func newWindowVecs(t tables) *windowVecs {
 	w := &windowVecs{
-		table: newGaugeTable(
+		table: t.newGaugeTable(
 			promopts.Gauge("window_seconds", HelpWindowSeconds),
 			promopts.Gauge("window_resource_versions", HelpWindowResourceVersions),
 			promopts.Gauge("oldest_resource_version", HelpOldestResourceVersion),
 			promopts.Gauge("window_lower_bound", HelpWindowLowerBound)),
 		known: map[[2]string]Window{},
 	}
-	reg.MustRegister(w.table)
 	return w
 }
 
@@ -156,20 +155,20 @@ type Metrics struct {
 	quietRecreations    prometheus.Counter
 	quietTouches        prometheus.Counter
 
-	registered *recordingRegisterer
+	registered []*recordingRegisterer // what to unregister
 }
 
-// newMetrics registers the series on reg.
-func newMetrics(reg *recordingRegisterer) *Metrics {
+// newMetrics registers the series on reg, and the window table through t.
+func newMetrics(reg *recordingRegisterer, t tables) *Metrics {
 	f := promauto.With(reg)
 	g := func(name, help string) prometheus.Gauge { return f.NewGauge(promopts.Gauge(name, help)) }
 	c := func(name, help string) prometheus.Counter { return f.NewCounter(promopts.Counter(name, help)) }
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return f.NewCounterVec(promopts.Counter(name, help), labels)
 	}
-	windows := newWindowVecs(reg)
+	windows := newWindowVecs(t)
 	m := &Metrics{
-		registered: reg,
+		registered: []*recordingRegisterer{reg, t.reg},
 		firstBookmark: f.NewHistogram(promopts.Histogram("first_bookmark_seconds",
 			"Time from opening the bookmark watch to its first BOOKMARK event.", bookmarkBuckets)),
 		firstBookmarkLast: g("first_bookmark_last_seconds", "The last observation of watchcache_first_bookmark_seconds."),
@@ -223,8 +222,10 @@ func newMetrics(reg *recordingRegisterer) *Metrics {
 // unregister removes every series of these metrics, for an apiserver that
 // is gone.
 func (m *Metrics) unregister() {
-	for _, c := range m.registered.collectors {
-		m.registered.Unregister(c)
+	for _, r := range m.registered {
+		for _, c := range r.collectors {
+			r.Unregister(c)
+		}
 	}
 }
 

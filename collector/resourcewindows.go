@@ -83,8 +83,8 @@ type resourceMetrics struct {
 }
 
 // newResourceWindows measures cfg.Resources; windows are the Collector's
-// window series, the others go to reg.
-func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.History, reg prometheus.Registerer, log logr.Logger) *resourceWindows {
+// window series, the others go to reg, and the per-resource table through t.
+func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.History, reg prometheus.Registerer, t tables, log logr.Logger) *resourceWindows {
 	if cfg.Settle <= 0 {
 		cfg.Settle = 250 * time.Millisecond
 	}
@@ -102,7 +102,7 @@ func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.
 		etcdOldest: map[*rvclock.Clock]uint64{},
 		m: resourceMetrics{
 			windows: windows,
-			perResource: newGaugeTable(promopts.Gauge("resource_watch_cache_enabled",
+			perResource: t.newGaugeTable(promopts.Gauge("resource_watch_cache_enabled",
 				"1 when the resource's watch cache answers the probes (its window is the cache's), 0 when etcd does (the cache is off, --watch-cache-sizes=<resource>#0: the window is etcd's compaction). NaN until a probe tells (RV 1 still served)."),
 				promopts.Gauge("resource_probe_interval_seconds",
 					"Time between two window probes of the resource: --resources.interval, stretched so that the probes and object counts of every resource stay within --resources.budget requests a second per apiserver, or longer when a round of probes took longer.")),
@@ -112,7 +112,6 @@ func newResourceWindows(cfg ResourcesConfig, windows *windowVecs, hist *rvclock.
 				"Watches sent to find etcd's oldest revision for resources whose watch cache is off: about log2(revisions) after each compaction, one per interval otherwise.")),
 		},
 	}
-	reg.MustRegister(w.m.perResource)
 	return w
 }
 

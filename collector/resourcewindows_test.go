@@ -115,7 +115,7 @@ func TestRecordResourceWindow(t *testing.T) {
 	pods := resources.Resource{Version: "v1", Resource: "pods"}
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second}, StaleAfter: 3,
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
-		newWindowVecs(reg), hist, reg, logr.Discard())
+		newWindowVecs(testTables(reg)), hist, reg, testTables(reg), logr.Discard())
 	w.follow([]resources.Resource{pods})
 	p := w.probed[pods.Key()]
 	win, per := w.m.windows.table, w.m.perResource
@@ -174,7 +174,7 @@ func TestRecordResourceWindowOtherEtcd(t *testing.T) {
 	events := resources.Resource{Version: "v1", Resource: "events"}
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())},
-		newWindowVecs(reg), hist, reg, logr.Discard())
+		newWindowVecs(testTables(reg)), hist, reg, testTables(reg), logr.Discard())
 	w.follow([]resources.Resource{events})
 	w.record(w.probed[events.Key()], events, ProbeResult{Outcome: Expired, Refusal: Refusal{Source: SourceWatchCache, Oldest: 50499}, Answered: now})
 	s := w.m.windows.table.value("", "events", windowSecondsCol)
@@ -193,10 +193,10 @@ func TestResourceWindowsFollowTheSet(t *testing.T) {
 	now := time.Now()
 	hist.Observe(1000, now.Add(-100*time.Second))
 	hist.Place("widgets.example.com", 2000, now, true)
-	windows := newWindowVecs(reg)
+	windows := newWindowVecs(testTables(reg))
 	windows.set(Window{Resource: "configmaps", Oldest: 900, Seconds: 80}, 100)
 	w := newResourceWindows(ResourcesConfig{Resources: resources.Fixed(nil), Pace: resources.Pace{Interval: 10 * time.Second, Budget: 10},
-		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, windows, hist, reg, logr.Discard())
+		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, windows, hist, reg, testTables(reg), logr.Discard())
 	widgets := resources.Resource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	gadgets := resources.Resource{Group: "example.com", Version: "v1", Resource: "gadgets"}
 	cms := resources.Resource{Version: "v1", Resource: "configmaps"}
@@ -233,4 +233,9 @@ func TestResourceWindowsFollowTheSet(t *testing.T) {
 	if len(got) != 1 || got["configmaps"] != 80 {
 		t.Errorf("known windows %v, want the ConfigMaps' alone", got)
 	}
+}
+
+// testTables registers tables on reg without constant labels.
+func testTables(reg prometheus.Registerer) tables {
+	return tables{reg: &recordingRegisterer{Registerer: reg}}
 }

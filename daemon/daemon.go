@@ -241,7 +241,8 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			HistoryWindow: cfg.historyWindow,
 			Resources:     res,
 			OnCycle:       cfg.cycleHook(ep.ID),
-		}, epCore, p.store, p.hist, p.rates.Rate, prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": ep.ID}, regs),
+			Labels:        prometheus.Labels{"apiserver": ep.ID},
+		}, epCore, p.store, p.hist, p.rates.Rate, regs,
 			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, cfg.graceDur, clock.RealClock{}, regs, log.WithName("apiservers"))
 	if p.resources != nil {

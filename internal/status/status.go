@@ -384,7 +384,7 @@ func resourceWindows(byName map[string]*dto.MetricFamily) []Resource {
 		if c := cmp.Compare(a.shortest(), b.shortest()); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Group+"/"+a.Resource, b.Group+"/"+b.Resource)
+		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Resource, b.Resource))
 	})
 	return out
 }

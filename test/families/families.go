@@ -95,8 +95,8 @@ func register(reg prometheus.Registerer) error {
 	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
 	resources.NewObjects(nil, res.Resources, hist, nil, reg, logr.Discard())
-	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res}, typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate,
-		prometheus.WrapRegistererWith(prometheus.Labels{"apiserver": "x"}, reg), logr.Discard()); err != nil {
+	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res, Labels: prometheus.Labels{"apiserver": "x"}},
+		typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate, reg, logr.Discard()); err != nil {
 		return err
 	}
 	if _, err := load.NewWriter(load.Config{Prefix: "n-", Objects: 1, Schedule: load.Constant(1), MaxRate: 1}, nil, store, hist, reg, logr.Discard()); err != nil {
