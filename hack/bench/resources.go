@@ -73,8 +73,9 @@ const scaleDur = time.Minute
 // starts its informers with 5 minutes); resyncCPU is what one rebuild took
 // at 1000 CRDs, in a CPU profile of the apiserver (pprof, 120 s).
 const (
-	crdResync = 5 * time.Minute
-	resyncCPU = 1.86
+	scrapeEvery = 15 * time.Second
+	crdResync   = 5 * time.Minute
+	resyncCPU   = 1.86
 )
 
 // resourcesScale measures --resources=all at the default budget with 63
@@ -88,7 +89,7 @@ func resourcesScale(ctx context.Context, r *report, c *testcluster.Cluster, exe,
 			return err
 		}
 	}
-	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), after a 20 s warm-up, against the mean of two passive exporters without `--resources` measuring the same apiservers (`--apiservers=` a list), one before and one after it. Without CRDs each of the three is measured over %s, or one probe interval and 10 s if longer. With CRDs, the exporter with `--resources` is measured over one probe interval and 10 s rounded up to whole multiples of %s, and each base over %s: every %s the apiserver's OpenAPI controller rebuilds the spec of every CRD (its informer's resync), %.1f s of CPU at 1000 CRDs in one CPU profile, which a window that holds one more or one fewer of them than its base would count as the exporter's. Resources are CRDs added to the built-in ones, each with no objects, and measured a minute after the last was served. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds. The CPU added is a difference between runs on a busy 2-core machine: the two base runs' difference is its noise, and the requests added, counted by the apiserver itself, are the exact figure.\n\n", scaleDur, crdResync, crdResync, crdResync, resyncCPU)
+	fmt.Fprintf(r, "\n### Cost as the resources grow\n\n`--resources=all` at the default budget (5 requests/s per apiserver, `--resources.interval=10s`), after a 20 s warm-up, scraped every %s as Prometheus would, against the mean of two passive exporters without `--resources` measuring the same apiservers (`--apiservers=` a list), one before and one after it. Without CRDs each of the three is measured over %s, or one probe interval and 10 s if longer. With CRDs, the exporter with `--resources` is measured over one probe interval and 10 s rounded up to whole multiples of %s, and each base over %s: every %s the apiserver's OpenAPI controller rebuilds the spec of every CRD (its informer's resync), %.1f s of CPU at 1000 CRDs in one CPU profile, which a window that holds one more or one fewer of them than its base would count as the exporter's. Resources are CRDs added to the built-in ones, each with no objects, and measured a minute after the last was served. Apiserver figures are per apiserver: the mean over those measured of the CPU and requests (`apiserver_request_total`) that `--resources=all` adds. The CPU added is a difference between runs on a busy 2-core machine: the two base runs' difference is its noise, and the requests added, counted by the apiserver itself, are the exact figure.\n\n", scrapeEvery, scaleDur, crdResync, crdResync, crdResync, resyncCPU)
 	fmt.Fprintln(r, "| resources | apiservers | interval s | exporter CPU % | exporter max RSS MiB | apiserver CPU % added | the base runs' difference (noise) | requests/s added per apiserver |")
 	fmt.Fprintln(r, "|---|---|---|---|---|---|---|---|")
 	cfg := c.AdminConfig()
@@ -222,7 +223,14 @@ func measureCost(ctx context.Context, c *testcluster.Cluster, as []*testcluster.
 	}
 	s0, e0, x0, t0 := e.metric("watchcache_resource_compaction_probes_total"), cpu(c.EtcdPID()), cpu(pid), time.Now()
 	x := &cost{requests: map[string]float64{}}
+	// Scraped as Prometheus would: a scrape of thousands of series is the
+	// exporter's largest transient heap.
+	lastScrape := time.Time{}
 	for time.Since(t0) < dur && ctx.Err() == nil {
+		if time.Since(lastScrape) >= scrapeEvery {
+			lastScrape = time.Now()
+			_, _ = e.families()
+		}
 		x.rss = math.Max(x.rss, rssMiB(pid))
 		sleep(ctx, time.Second)
 	}
