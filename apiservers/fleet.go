@@ -35,12 +35,19 @@ func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
+func (c fleetCollector) Collect(ch chan<- prometheus.Metric) { c.CollectColumns(ch, nil) }
+
+// CollectColumns collects the families keep says, or all for a nil keep:
+// the status page plots two of the four (status.ColumnCollector).
+func (c fleetCollector) CollectColumns(ch chan<- prometheus.Metric, keep func(*prometheus.Desc) bool) {
 	for _, w := range FleetWindows(c.f.windows()) {
-		for d, v := range map[*prometheus.Desc]float64{
-			fleetWindow: w.Seconds, fleetOldest: float64(w.Oldest), fleetLower: w.LowerBoundValue(), fleetMembers: float64(w.Apiservers),
-		} {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, w.Group, w.Resource)
+		for _, col := range [...]struct {
+			d *prometheus.Desc
+			v float64
+		}{{fleetWindow, w.Seconds}, {fleetOldest, float64(w.Oldest)}, {fleetLower, w.LowerBoundValue()}, {fleetMembers, float64(w.Apiservers)}} {
+			if keep == nil || keep(col.d) {
+				ch <- prometheus.MustNewConstMetric(col.d, prometheus.GaugeValue, col.v, w.Group, w.Resource)
+			}
 		}
 	}
 }

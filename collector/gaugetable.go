@@ -114,12 +114,20 @@ func (t *gaugeTable) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (t *gaugeTable) Collect(ch chan<- prometheus.Metric) {
+func (t *gaugeTable) Collect(ch chan<- prometheus.Metric) { t.CollectColumns(ch, nil) }
+
+// CollectColumns collects the columns keep says, or all for a nil keep: the
+// status page plots two of the window table's four (status.ColumnCollector).
+func (t *gaugeTable) CollectColumns(ch chan<- prometheus.Metric, keep func(*prometheus.Desc) bool) {
+	want := make([]bool, len(t.descs))
+	for i, d := range t.descs {
+		want[i] = keep == nil || keep(d)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range t.rows {
 		for i, c := range r.cells {
-			if c.set {
+			if c.set && want[i] {
 				ch <- cellMetric{desc: t.descs[i], v: c.v, labels: r.labels}
 			}
 		}

@@ -44,7 +44,7 @@ const (
 	fleetLowerBound   = "watchcache_fleet_window_lower_bound"
 )
 
-var plotted = []string{windowSeconds, predictedWindow, exporterWrites, clusterWrites, targetRate, expiryCycles, expiryLast, staleDistanceLast,
+var plottedFamilies = []string{windowSeconds, predictedWindow, exporterWrites, clusterWrites, targetRate, expiryCycles, expiryLast, staleDistanceLast,
 	windowLowerBound, fleetWindow, fleetLowerBound}
 
 // Tee registers every collector with reg and, when it describes a family
@@ -65,14 +65,39 @@ func (t *tee) Register(c prometheus.Collector) error {
 	if err := t.Registerer.Register(c); err != nil {
 		return err
 	}
-	if !plots(c) {
+	keep := plotted(c)
+	if len(keep) == 0 {
 		return nil
 	}
-	if err := t.page.Register(c); err != nil {
+	pc := c
+	if cc, ok := c.(ColumnCollector); ok {
+		pc = pageView{cc, keep}
+	}
+	if err := t.page.Register(pc); err != nil {
 		t.Registerer.Unregister(c)
 		return err
 	}
 	return nil
+}
+
+// ColumnCollector collects several families, and can collect some of them
+// alone: the page gathers only those it plots from the tables of every
+// resource's window (half of their 16,000 series at 1000 resources and 3
+// apiservers).
+type ColumnCollector interface {
+	prometheus.Collector
+	CollectColumns(ch chan<- prometheus.Metric, keep func(*prometheus.Desc) bool)
+}
+
+// pageView is a ColumnCollector as the page registers it: described whole,
+// so that unregistering the collector finds it, and collected in part.
+type pageView struct {
+	ColumnCollector
+	keep map[*prometheus.Desc]bool
+}
+
+func (v pageView) Collect(ch chan<- prometheus.Metric) {
+	v.CollectColumns(ch, func(d *prometheus.Desc) bool { return v.keep[d] })
 }
 
 func (t *tee) MustRegister(cs ...prometheus.Collector) {
@@ -88,19 +113,21 @@ func (t *tee) Unregister(c prometheus.Collector) bool {
 	return t.Registerer.Unregister(c)
 }
 
-// plots says whether c describes a family the page reads. A Desc keeps its
-// name to itself but for its String form, Desc{fqName: "name", ...}.
-func plots(c prometheus.Collector) bool {
+// plotted are the descriptors of c of families the page reads. A Desc
+// keeps its name to itself but for its String form, Desc{fqName: "name", ...}.
+func plotted(c prometheus.Collector) map[*prometheus.Desc]bool {
 	descs := make(chan *prometheus.Desc)
 	go func() {
 		defer close(descs)
 		c.Describe(descs)
 	}()
-	found := false
+	found := map[*prometheus.Desc]bool{}
 	for d := range descs {
 		_, rest, ok := strings.Cut(d.String(), `fqName: "`)
 		name, _, _ := strings.Cut(rest, `"`)
-		found = found || ok && slices.Contains(plotted, name)
+		if ok && slices.Contains(plottedFamilies, name) {
+			found[d] = true
+		}
 	}
 	return found
 }

@@ -273,3 +273,45 @@ func TestPageResources(t *testing.T) {
 		}
 	}
 }
+
+// twoColumns is a ColumnCollector of a plotted family and another.
+type twoColumns struct{ plotted, other *prometheus.Desc }
+
+func (c twoColumns) Describe(ch chan<- *prometheus.Desc) { ch <- c.plotted; ch <- c.other }
+func (c twoColumns) Collect(ch chan<- prometheus.Metric) { c.CollectColumns(ch, nil) }
+func (c twoColumns) CollectColumns(ch chan<- prometheus.Metric, keep func(*prometheus.Desc) bool) {
+	for _, d := range []*prometheus.Desc{c.plotted, c.other} {
+		if keep == nil || keep(d) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 1, "pods")
+		}
+	}
+}
+
+// A ColumnCollector's families the page does not plot are not collected
+// for it at all; /metrics has every family; unregistering finds both.
+func TestTeeColumns(t *testing.T) {
+	reg, page := prometheus.NewRegistry(), prometheus.NewPedanticRegistry()
+	c := twoColumns{
+		plotted: prometheus.NewDesc(windowSeconds, "w", []string{"resource"}, nil),
+		other:   prometheus.NewDesc("watchcache_window_resource_versions", "v", []string{"resource"}, nil),
+	}
+	tee := Tee(reg, page)
+	tee.MustRegister(c)
+	count := func(g prometheus.Gatherer) int {
+		fams, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range fams {
+			n += len(f.GetMetric())
+		}
+		return n
+	}
+	if p, m := count(page), count(reg); p != 1 || m != 2 {
+		t.Errorf("page %d series, /metrics %d: want 1 and 2", p, m)
+	}
+	if !tee.Unregister(c) || count(page) != 0 || count(reg) != 0 {
+		t.Errorf("after Unregister: page %d series, /metrics %d", count(page), count(reg))
+	}
+}
