@@ -229,7 +229,7 @@ func rows(c Cycle) [][2]string {
 	}
 	return [][2]string{
 		{"first BOOKMARK", first},
-		{"plain watcher", fmt.Sprintf("%d events, the touches of quiet; the last resourceVersion it knows is the stale one", c.PlainWatcherEvents)},
+		{"plain watcher", fmt.Sprintf("%d events (the touches of quiet); its newest RV is the stale one", c.PlainWatcherEvents)},
 		{"first 410", fmt.Sprintf("after %d writes and %.1f s (%.1f writes/s): %q", c.WritesTo410, c.SecondsTo410, float64(c.WritesTo410)/c.SecondsTo410, c.Message)},
 		{"", oldest},
 		{"events in the cache", fmt.Sprintf("%d (the exporter's writes newer than O)", c.EventsInCache)},
@@ -262,9 +262,31 @@ func (r *Report) text(w io.Writer) error {
 			fmt.Fprintf(&b, "  %-22s %s\n", "window of "+resourceName(rw), windowText(rw))
 		}
 	}
-	b.WriteString("\n" + r.explanation() + "\n")
+	for _, para := range strings.Split(r.explanation(), "\n\n") {
+		b.WriteString("\n" + wrap(para, 100) + "\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// wrap breaks s into lines of at most width characters, at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, word := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case n+1+len(word) > width:
+			b.WriteString("\n")
+			n = 0
+		default:
+			b.WriteString(" ")
+			n++
+		}
+		b.WriteString(word)
+		n += len(word)
+	}
+	return b.String()
 }
 
 func (r *Report) markdown(w io.Writer) error {

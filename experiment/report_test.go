@@ -96,10 +96,21 @@ func TestText(t *testing.T) {
 		"relist                 resourceVersion 48998",
 		"window of pods         80.5 s",
 		"window of leases.coordination.k8s.io unknown",
-		"Predicted at 85 writes/s", "6400 events", "75.3 s (6400 writes)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	// The explanation, wrapped at 100 columns.
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"Predicted at 85 writes/s", "6400 events", "75.3 s (6400 writes)"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 100 && !strings.Contains(line, "first 410") {
+			t.Errorf("a line of %d characters: %q", len(line), line)
 		}
 	}
 	if strings.Contains(out, "No 410 came") {
@@ -111,8 +122,8 @@ func TestText(t *testing.T) {
 	if err := r.Write(&b, "text"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"first 410              none within 10m0s", "No 410 came from every apiserver within --timeout=10m0s", "about 6400 writes at this rate (75 s)"} {
-		if !strings.Contains(b.String(), want) {
+	for _, want := range []string{"first 410 none within 10m0s", "No 410 came from every apiserver within --timeout=10m0s", "about 6400 writes at this rate (75 s)"} {
+		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
 			t.Errorf("timed-out report lacks %q:\n%s", want, b.String())
 		}
 	}
@@ -254,5 +265,32 @@ func TestLine(t *testing.T) {
 func TestFormatsListed(t *testing.T) {
 	if !slices.Equal(Formats, []string{"text", "json", "markdown"}) {
 		t.Errorf("Formats = %v", Formats)
+	}
+}
+
+// With several apiservers, each has its block, in the order given, and the
+// Markdown a section each.
+func TestSeveralAPIServers(t *testing.T) {
+	r := report(false)
+	second := r.APIServers[0]
+	second.APIServer = "127.0.0.2:6443"
+	second.Cycles = []Cycle{FromCycle(articleCycle()), FromCycle(articleCycle())}
+	second.Cycles[1].SecondsTo410, second.Cycles[1].WritesTo410 = 95, 8000
+	second.Spread = SpreadOf(second.Cycles)
+	r.APIServers = append(r.APIServers, second)
+	var text, md bytes.Buffer
+	if err := r.Write(&text, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write(&md, "markdown"); err != nil {
+		t.Fatal(err)
+	}
+	a, b := strings.Index(text.String(), "apiserver 127.0.0.1:6443"), strings.Index(text.String(), "apiserver 127.0.0.2:6443")
+	if a < 0 || b < a || !strings.Contains(text.String()[b:], "cycle 2") ||
+		!strings.Contains(text.String()[b:], "85.0 / 90.0 / 95.0 s, 7000 / 7500 / 8000 writes (least / median / most of 2 cycles)") {
+		t.Errorf("text with two apiservers:\n%s", text.String())
+	}
+	if strings.Count(md.String(), "### apiserver ") != 2 {
+		t.Errorf("markdown with two apiservers:\n%s", md.String())
 	}
 }
