@@ -331,7 +331,7 @@ func (r *Report) explanation() string {
 	s := fmt.Sprintf("Predicted at %g writes/s: the apiserver sizes the cache to the smallest 100·2^k events that hold %.0f s of writes, %d events, "+
 		"so a resourceVersion is refused about %.1f s (%d writes) after it was written. The cache only grows while its oldest event is younger than %.0f s, "+
 		"and shrinks only when it is full and a quarter of it is older: after a faster spell it can hold up to twice as many events, and a reconnect may "+
-		"still succeed after far more writes. Compare eventsInCache with the apiserver's apiserver_watch_cache_capacity{resource=\"configmaps\"}.",
+		"still succeed after far more writes. Compare the events in the cache with watch_cache_capacity{resource=\"configmaps\"} in the apiserver's /metrics.",
 		r.WritesPerSecond, r.HistoryWindowSeconds, p.Capacity, p.WindowSeconds, p.Capacity, r.HistoryWindowSeconds)
 	if r.TimedOut {
 		s += fmt.Sprintf("\n\nNo 410 came from every apiserver within --timeout=%s. A 410 needs the cache to drop the stale resourceVersion: "+
