@@ -462,15 +462,14 @@ func (c *Collector) checkReset(oldest, newest uint64) bool {
 // does not remember that far back, the age of the oldest RV it does is a
 // lower bound (lower is 1); NaN when the event is newer than any RV known.
 func windowSeconds(clk *rvclock.Clock, oldest uint64, at time.Time) (seconds, lower float64) {
-	if written, ok := clk.TimeOf(oldest + 1); ok {
-		return at.Sub(written).Seconds(), 0
+	s, lowerBound, ok := clk.Age(oldest+1, at)
+	switch {
+	case !ok:
+		return nan, nan
+	case lowerBound:
+		return s, 1
 	}
-	if rv, ok := clk.Oldest(); ok && oldest+1 < rv {
-		if written, ok := clk.TimeOf(rv); ok {
-			return at.Sub(written).Seconds(), 1
-		}
-	}
-	return nan, nan
+	return s, 0
 }
 
 func (c *Collector) setWindowUnknown() {

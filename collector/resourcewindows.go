@@ -275,18 +275,9 @@ func (w *resourceWindows) searchEtcd(ctx context.Context, p *Prober, clk *rvcloc
 		w.etcdOldest[clk] = 0 // the clock lags: the next round tries again
 		return
 	}
-	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		ok, known := served(mid)
-		if !known {
-			w.etcdOldest[clk] = 0
-			return
-		}
-		if ok {
-			hi = mid
-		} else {
-			lo = mid
-		}
+	if hi, ok = rvclock.OldestServed(lo, hi, served); !ok {
+		w.etcdOldest[clk] = 0
+		return
 	}
 	if hi != w.etcdOldest[clk] {
 		w.log.V(1).Info("etcd's oldest revision found, for resources whose watch cache is off", "oldestResourceVersion", hi)

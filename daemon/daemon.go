@@ -32,6 +32,7 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/compaction"
 	"github.com/watchcache/watchcache-exporter/internal/finalanswer"
 	"github.com/watchcache/watchcache-exporter/internal/kube"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
@@ -91,6 +92,7 @@ type parts struct {
 	// The resources of --resources, and their object counts.
 	resources *resources.Set // nil without --resources
 	objects   *resources.Objects
+	horizon   *compaction.Horizon // nil with --compaction.interval=0
 	page      *status.Page
 	gatherer  prometheus.Gatherer // what /metrics serves
 	mux       http.Handler
@@ -255,6 +257,20 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		}
 		p.objects = resources.NewObjects(mc, p.resources, p.hist, current, regs, log.WithName("resources"))
 	}
+	if cfg.compactionIvl > 0 {
+		// Its requests are sequential and few (one per etcd and interval,
+		// and a paginated LIST per --compaction.list-interval), so unthrottled:
+		// the LIST is timed as the apiserver serves it.
+		listCfg := rest.CopyConfig(resCfg)
+		listCfg.QPS = -1
+		mc, err := metadata.NewForConfig(listCfg)
+		if err != nil {
+			return nil, err
+		}
+		p.horizon = compaction.New(compaction.Config{Client: mc, Namespace: cfg.namespace, History: p.hist,
+			Resources: p.resources, Objects: p.objects, Interval: cfg.compactionIvl, ListInterval: cfg.listIvl},
+			regs, log.WithName("compaction"))
+	}
 	switch cfg.apiservers {
 	case "discover":
 		p.discovery = measure
@@ -339,6 +355,9 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	if p.objects != nil {
 		measureWG.Go(func() { p.objects.Run(measureCtx, p.cfg.resourcesPace()) })
 		measureWG.Go(func() { p.resources.Run(measureCtx, p.cfg.rediscover) })
+	}
+	if p.horizon != nil {
+		measureWG.Go(func() { p.horizon.Run(measureCtx) })
 	}
 	if p.discovery != nil {
 		measureWG.Go(func() { apiservers.Discover(measureCtx, p.discovery, p.fleet, p.log.WithName("apiservers")) })

@@ -32,7 +32,7 @@ type experimentFlags struct {
 // The daemon's flags that mean nothing to a command that serves no HTTP and
 // runs at one rate: hidden from the experiment's help.
 var notForExperiment = []string{"load.schedule", "web.listen-address", "web.probe-address", "web.telemetry-path",
-	"web.max-requests", "web.config.file", "version"}
+	"web.max-requests", "web.config.file", "version", "compaction.interval", "compaction.list-interval"}
 
 // articleRate is the experiment's default rate: the article's, about 85
 // patches/s from 8 threads.
@@ -45,6 +45,8 @@ func newExperimentFlagSet(c *config, x *experimentFlags, stderr io.Writer) *pfla
 	c.loadRate, fs.Lookup("load.rate").DefValue = articleRate, fmt.Sprint(articleRate)
 	c.logLevel, fs.Lookup("log.level").DefValue = "warn", "warn"
 	c.logFormat, fs.Lookup("log.format").DefValue = "text", "text"
+	// The LIST horizon is not the experiment's subject.
+	c.compactionIvl, fs.Lookup("compaction.interval").DefValue = 0, "0s"
 	fs.Lookup("load.rate").Usage = "Noise writes per second, constant; more than 0."
 	for _, name := range notForExperiment {
 		_ = fs.MarkHidden(name)

@@ -39,6 +39,8 @@ type config struct {
 	resourcesIvl  time.Duration
 	resourcesRate float64
 	rediscover    time.Duration
+	compactionIvl time.Duration
+	listIvl       time.Duration
 	loadMaxRate   float64
 	loadObjects   int
 	probeInterval time.Duration
@@ -140,6 +142,12 @@ func (c config) validate() error {
 	}
 	if c.rediscover < 10*time.Second || c.rediscover > time.Hour {
 		errs = append(errs, fmt.Errorf("--resources.rediscover=%s: must be between 10s and 1h", c.rediscover))
+	}
+	if c.compactionIvl != 0 && (c.compactionIvl < time.Second || c.compactionIvl > 10*time.Minute) {
+		errs = append(errs, fmt.Errorf("--compaction.interval=%s: must be 0 (off) or between 1s and 10m", c.compactionIvl))
+	}
+	if c.listIvl != 0 && (c.listIvl < time.Minute || c.listIvl > 24*time.Hour) {
+		errs = append(errs, fmt.Errorf("--compaction.list-interval=%s: must be 0 (off) or between 1m and 24h", c.listIvl))
 	}
 	if c.probeInterval < 100*time.Millisecond || c.probeInterval > time.Minute {
 		errs = append(errs, fmt.Errorf("--probe.interval=%s: must be between 100ms and 1m", c.probeInterval))
@@ -291,6 +299,8 @@ func newFlagSet(c *config, stderr io.Writer) *pflag.FlagSet {
 	fs.DurationVar(&c.resourcesIvl, "resources.interval", 10*time.Second, "Interval between two window probes and object counts of each resource of --resources: a window probe per resource and apiserver, and an object count per resource; stretched to fit --resources.budget. 1s to 10m.")
 	fs.Float64Var(&c.resourcesRate, "resources.budget", 5, "Requests per second that the measurement of --resources may send to any one apiserver: with many resources, --resources.interval stretches until a round of 2 requests per resource fits (watchcache_resource_probe_interval_seconds says to what). 1 to 1000.")
 	fs.DurationVar(&c.rediscover, "resources.rediscover", 3*time.Minute, "Interval between two readings of discovery, so that resources installed later (CRDs) are measured and removed ones dropped without a restart. 10s to 1h.")
+	fs.DurationVar(&c.compactionIvl, "compaction.interval", 15*time.Second, "Interval between two checks of etcd's compaction (the LIST horizon), for each etcd: one LIST at an exact resourceVersion, limit=1, and about log2(revisions since) more after each compaction. 0 turns the measurement off; else 1s to 10m.")
+	fs.DurationVar(&c.listIvl, "compaction.list-interval", time.Hour, "With --resources: interval between two timed full paginated LISTs (limit=500, metadata only) of the resource with the most objects, to set against the LIST horizon: objects/500 requests each time. 0 turns it off; else 1m to 24h.")
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics, /healthz, /readyz and the status page.")
 	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics: a clean path of letters, digits and -._~/, none of /, /healthz, /readyz, /status.json.")

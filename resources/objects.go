@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -39,7 +40,9 @@ type Objects struct {
 	errors  *prometheus.CounterVec
 	errLog  *ratelog.Logger
 
-	counted []Resource // the last round's; owned by Run
+	mu      sync.Mutex
+	counted []Resource       // the last round's; written by Run alone
+	counts  map[Name]float64 // the last count of each of them
 }
 
 // NewObjects counts the resources of set through client; current reads the
@@ -55,6 +58,7 @@ func NewObjects(client metadata.Interface, set *Set, hist *rvclock.History, curr
 		errors: f.NewCounterVec(promopts.Counter("resource_objects_errors_total",
 			"Failed object counts (list limit=1), by resource and Kubernetes status reason."), []string{"group", "resource", "reason"}),
 		errLog: ratelog.New(log, 30*time.Second, time.Now),
+		counts: map[Name]float64{},
 	}
 	return o
 }
@@ -64,7 +68,10 @@ func NewObjects(client metadata.Interface, set *Set, hist *rvclock.History, curr
 func (o *Objects) Run(ctx context.Context, pace Pace) {
 	defer func() {
 		o.objects.Reset()
+		o.mu.Lock()
 		o.counted = nil
+		clear(o.counts)
+		o.mu.Unlock()
 	}()
 	pace.Run(ctx, o.set, o.round, nil)
 }
@@ -129,14 +136,35 @@ func (o *Objects) count(ctx context.Context, r Resource) listed {
 		n = float64(len(l.Items))
 	}
 	o.objects.WithLabelValues(r.Group, r.Resource).Set(n)
+	o.mu.Lock()
+	o.counts[r.Key()] = n
+	o.mu.Unlock()
 	return seen
+}
+
+// Largest is the counted resource with the most objects, and how many; ok
+// is false until a count is known.
+func (o *Objects) Largest() (r Resource, objects float64, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range o.counted {
+		if n, known := o.counts[c.Key()]; known && !math.IsNaN(n) && (!ok || n > objects) {
+			r, objects, ok = c, n, true
+		}
+	}
+	return r, objects, ok
 }
 
 // follow starts the series of resources new in rs (NaN until counted) and
 // deletes those of resources gone from it.
 func (o *Objects) follow(rs []Resource) {
 	added, removed := Diff(o.counted, rs)
+	o.mu.Lock()
 	o.counted = rs
+	for _, r := range removed {
+		delete(o.counts, r.Key())
+	}
+	o.mu.Unlock()
 	if len(added)+len(removed) == 0 {
 		return
 	}

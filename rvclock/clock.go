@@ -116,3 +116,19 @@ func (c *Clock) Len() int {
 	defer c.mu.Unlock()
 	return c.ring.Len()
 }
+
+// Age is how long ago rv was written, at at. Where rv is older than
+// anything the clock remembers, it is at least the age of the oldest RV it
+// does: lower is then true. ok is false when the clock knows nothing older
+// than rv's successor.
+func (c *Clock) Age(rv uint64, at time.Time) (seconds float64, lower, ok bool) {
+	if written, ok := c.TimeOf(rv); ok {
+		return at.Sub(written).Seconds(), false, true
+	}
+	if oldest, ok := c.Oldest(); ok && rv < oldest {
+		if written, ok := c.TimeOf(oldest); ok {
+			return at.Sub(written).Seconds(), true, true
+		}
+	}
+	return 0, false, false
+}
