@@ -105,6 +105,17 @@ func Rules() RuleFile {
 					resourceWindowShort, 15*time.Minute, "warning",
 					"The watch cache of {{ $labels.resource }}{{ if $labels.group }}.{{ $labels.group }}{{ end }} on {{ $labels.apiserver }} keeps only {{ $value | humanizeDuration }} of history.",
 					"Informers of this resource that stay disconnected longer (an apiserver rollout, a network blip, a slow consumer) get 410 Gone and relist every object (see watchcache_resource_objects). The threshold is watchcache:resource_window_threshold_seconds for this resource, else its :default."),
+				// Compaction: one interval normally, up to two while the
+				// apiservers hand the compaction over (their compare-and-swap
+				// on compact_rev_key); three without one means it stopped.
+				alert("WatchCacheEtcdCompactionStopped",
+					`time() - max by (job, group, resource) (watchcache_last_compaction_timestamp_seconds) > 3 * max by (job, group, resource) (watchcache_compaction_interval_seconds)`, time.Minute, "warning",
+					"etcd (of {{ $labels.resource }}{{ if $labels.group }}.{{ $labels.group }}{{ end }}) has not compacted for {{ $value | humanizeDuration }}, over 3 times its interval.",
+					"Every revision is kept since: etcd's database grows until it reaches its quota (--quota-backend-bytes), and then etcd refuses every write (alarm NOSPACE) and the cluster stops. The LIST horizon grows meanwhile (watchcache_compaction_window_seconds)."),
+				alert("WatchCacheListHorizonShorterThanList",
+					`max by (job, group, resource) (watchcache_paginated_list_seconds) > on (job, group, resource) min by (job, group, resource) (min_over_time(watchcache_compaction_window_seconds[1h]) unless on (job, instance, group, resource) (watchcache_compaction_window_lower_bound == 1))`, 5*time.Minute, "warning",
+					"A full paginated LIST of {{ $labels.resource }}{{ if $labels.group }}.{{ $labels.group }}{{ end }} takes {{ $value | humanizeDuration }}, longer than its shortest LIST horizon of the last hour.",
+					"A client that lists it 500 at a time (an informer's first LIST, kubectl get --chunk-size) can have its continue token compacted away mid-list: 410 Gone, and it starts again. Compact less often (--etcd-compaction-interval), or list fewer objects."),
 				alert("WatchCacheReplicaRebuilt",
 					`sum by (job, apiserver) (increase(watchcache_cache_resets_total[10m])) > 0`, 0, "info",
 					"The watch cache of {{ $labels.apiserver }} was rebuilt: clients that reconnect to it relist.",

@@ -19,10 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/utils/clock"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
+	"github.com/watchcache/watchcache-exporter/compaction"
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/load"
@@ -94,7 +96,9 @@ func register(reg prometheus.Registerer) error {
 	store := owned.NewStore("ns", "q", reg, logr.Discard(), time.Now)
 	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
-	resources.NewObjects(nil, res.Resources, hist, nil, reg, logr.Discard())
+	objects := resources.NewObjects(nil, res.Resources, hist, nil, reg, logr.Discard())
+	compaction.New(compaction.Config{Client: metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), Namespace: "ns", History: hist,
+		Resources: res.Resources, Objects: objects, Interval: time.Second}, reg, logr.Discard())
 	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res, Labels: prometheus.Labels{"apiserver": "x"}},
 		typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate, reg, logr.Discard()); err != nil {
 		return err
