@@ -431,6 +431,18 @@ func (a *APIServer) Restart(ctx context.Context) error {
 	return a.Start(ctx)
 }
 
+// RestartWith restarts the apiserver with extraFlags added to its flags
+// (later ones win), for this start and the next.
+func (a *APIServer) RestartWith(ctx context.Context, extraFlags ...string) error {
+	if err := a.Stop(); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.flags = append(a.flags, extraFlags...)
+	a.mu.Unlock()
+	return a.Start(ctx)
+}
+
 // ServiceAccountConfig creates the ServiceAccount ns/name if missing and
 // returns a config that authenticates with a fresh token of it.
 func (c *Cluster) ServiceAccountConfig(ctx context.Context, ns, name string) (*rest.Config, error) {
