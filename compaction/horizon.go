@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 
+	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 	"github.com/watchcache/watchcache-exporter/resources"
@@ -38,10 +39,14 @@ type Config struct {
 	// Client lists, metadata only. Its requests are sequential: one in
 	// flight at a time.
 	Client metadata.Interface
-	// Namespace is the exporter's: the main etcd is probed with LISTs of
-	// the ConfigMaps there, which the exporter may always list.
-	Namespace string
-	History   *rvclock.History
+	// Namespace and QuietName are the exporter's: the main etcd is probed
+	// with LISTs of the quiet ConfigMap, selected by name, which the
+	// exporter may always list. A LIST of one name reads etcd, not the
+	// watch cache, so it sees etcd's compaction as it happens; the cache
+	// trims its snapshots to it within 15 s, until when a LIST of a
+	// resource whose cache is on may still be served from them.
+	Namespace, QuietName string
+	History              *rvclock.History
 	// Resources are measured besides the ConfigMaps; nil: none. A resource
 	// is timed by the etcd its object counts placed it in (rvclock.History),
 	// and another etcd is probed through a LIST of one of its resources.
@@ -133,21 +138,22 @@ type lister func(context.Context, metav1.ListOptions) (*metav1.PartialObjectMeta
 
 // target is one etcd and how to reach it.
 type target struct {
-	clk  *rvclock.Clock
-	list lister
-	name string // for logs
+	clk      *rvclock.Clock
+	list     lister
+	selector string // the LISTs' field selector
+	name     string // for logs
 }
 
 // targets are the etcds known now: the main one, through the ConfigMaps of
 // the namespace, and each other one through a resource it holds.
 func (h *Horizon) targets() []target {
-	out := []target{{h.cfg.History.Clock, h.cfg.Client.Resource(configMaps).Namespace(h.cfg.Namespace).List, "configmaps"}}
+	out := []target{{h.cfg.History.Clock, h.cfg.Client.Resource(configMaps).Namespace(h.cfg.Namespace).List, owned.NameSelector(h.cfg.QuietName), "configmaps"}}
 	seen := map[*rvclock.Clock]bool{h.cfg.History.Clock: true}
 	for _, r := range h.resources() {
 		clk, placed := h.cfg.History.ClockOf(r.Name())
 		if placed && !seen[clk] {
 			seen[clk] = true
-			out = append(out, target{clk, h.cfg.Client.Resource(r.GVR()).List, r.Name()})
+			out = append(out, target{clk, h.cfg.Client.Resource(r.GVR()).List, "", r.Name()})
 		}
 	}
 	return out
@@ -176,7 +182,7 @@ func (h *Horizon) round(ctx context.Context) {
 func (h *Horizon) check(ctx context.Context, t target) {
 	served := func(rv uint64) (ok, known bool) {
 		h.probes.Inc()
-		_, err := t.list(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10),
+		_, err := t.list(ctx, metav1.ListOptions{FieldSelector: t.selector, ResourceVersion: strconv.FormatUint(rv, 10),
 			ResourceVersionMatch: metav1.ResourceVersionMatchExact, Limit: 1})
 		switch {
 		case err == nil:

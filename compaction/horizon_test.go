@@ -103,7 +103,7 @@ func TestCheckFollowsCompaction(t *testing.T) {
 	h, reg := newTestHorizon(t, rvclock.NewHistory(16), nil, time.Minute)
 	h.cfg.History = hist
 	etcd := &fakeEtcd{}
-	tgt := target{hist.Clock, etcd.list, "configmaps"}
+	tgt := target{hist.Clock, etcd.list, "", "configmaps"}
 	ctx := t.Context()
 
 	h.check(ctx, tgt) // never compacted: RV 1 served
@@ -162,7 +162,7 @@ func TestCheckFirstSeesCompacted(t *testing.T) {
 	h, reg := newTestHorizon(t, rvclock.NewHistory(16), nil, time.Minute)
 	h.cfg.History = hist
 	etcd := &fakeEtcd{compacted: 321}
-	h.check(t.Context(), target{hist.Clock, etcd.list, "configmaps"})
+	h.check(t.Context(), target{hist.Clock, etcd.list, "", "configmaps"})
 	compare(t, reg, `
 # HELP watchcache_compactions_total `+helpCompactions+`
 # TYPE watchcache_compactions_total counter
@@ -181,7 +181,7 @@ func TestCheckErrors(t *testing.T) {
 	h, reg := newTestHorizon(t, rvclock.NewHistory(16), nil, 10*time.Millisecond)
 	h.cfg.History = hist
 	etcd := &fakeEtcd{compacted: 500}
-	tgt := target{hist.Clock, etcd.list, "configmaps"}
+	tgt := target{hist.Clock, etcd.list, "", "configmaps"}
 	h.check(t.Context(), tgt)
 	etcd.err = apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", errors.New("RBAC"))
 	etcd.compact(800)
@@ -220,8 +220,8 @@ func TestEtcdsApart(t *testing.T) {
 		t.Fatalf("targets %v, want configmaps and events", targets)
 	}
 	main, other := &fakeEtcd{compacted: 1200}, &fakeEtcd{compacted: 55}
-	h.check(t.Context(), target{targets[0].clk, main.list, "configmaps"})
-	h.check(t.Context(), target{targets[1].clk, other.list, "events"})
+	h.check(t.Context(), target{targets[0].clk, main.list, "", "configmaps"})
+	h.check(t.Context(), target{targets[1].clk, other.list, "", "events"})
 	compare(t, reg, `
 # HELP watchcache_compacted_resource_version `+helpCompacted+`
 # TYPE watchcache_compacted_resource_version gauge
@@ -287,14 +287,14 @@ func TestRun(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		l := a.(clienttesting.ListActionImpl)
-		if l.Namespace != "ns" {
-			t.Errorf("LIST in namespace %q, want ns", l.Namespace)
+		if l.Namespace != "ns" || l.ListOptions.FieldSelector != "metadata.name=quiet" {
+			t.Errorf("LIST in namespace %q of %q, want the quiet ConfigMap of ns", l.Namespace, l.ListOptions.FieldSelector)
 		}
 		lists++
 		return true, &metav1.List{}, nil
 	})
 	reg := prometheus.NewRegistry()
-	h := New(Config{Client: client, Namespace: "ns", History: hist, Interval: 10 * time.Millisecond}, reg, logr.Discard())
+	h := New(Config{Client: client, Namespace: "ns", QuietName: "quiet", History: hist, Interval: 10 * time.Millisecond}, reg, logr.Discard())
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	h.Run(ctx)

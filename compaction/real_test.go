@@ -361,7 +361,16 @@ type tokens struct {
 	admin   kubernetes.Interface
 	taken   []*token
 	pending []*token // used, waiting for the exporter's next checks
+	// The exporter's compacted RV of each kind, and since when it says so.
+	said  map[string]float64
+	since map[string]time.Time
 }
+
+// snapshotLag bounds how long after etcd's compaction a ConfigMaps'
+// continue token below it may still be served, from the watch cache's
+// snapshots: the cache trims them every 15 s (the cacher's compactor), and
+// the exporter sees the compaction within a check.
+const snapshotLag = 15*time.Second + checkEvery + time.Second
 
 type token struct {
 	kind      string // configmaps or events
@@ -372,8 +381,12 @@ type token struct {
 	// When used: the exporter's compacted RV just before, the answer, and
 	// when to read the exporter again.
 	compacted float64
+	said      time.Duration // how long the exporter had said so
 	refused   bool
 	used      time.Time
+	// snapshot: accepted below the compacted RV, from the watch cache's
+	// snapshots, within snapshotLag of the compaction.
+	snapshot bool
 	// decided: the exporter's compacted RV was the same after as before,
 	// so the answer is compared with it; ambiguous: it moved meanwhile.
 	decided, ambiguous bool
@@ -381,7 +394,9 @@ type token struct {
 
 var delays = []time.Duration{10 * time.Second, 35 * time.Second, 60 * time.Second, 80 * time.Second}
 
-func newTokens(admin kubernetes.Interface) *tokens { return &tokens{admin: admin} }
+func newTokens(admin kubernetes.Interface) *tokens {
+	return &tokens{admin: admin, said: map[string]float64{}, since: map[string]time.Time{}}
+}
 
 func (ts *tokens) list(ctx context.Context, kind, cont string) (metav1.ListMeta, error) {
 	opts := metav1.ListOptions{Limit: 1, Continue: cont}
@@ -427,12 +442,21 @@ func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 		}
 		return s.cm
 	}
+	for _, kind := range []string{"configmaps", "events"} {
+		if c := compacted(kind); c != ts.said[kind] {
+			ts.said[kind], ts.since[kind] = c, s.at
+		}
+	}
 	ts.pending = slices.DeleteFunc(ts.pending, func(k *token) bool {
 		if time.Since(k.used) < 2*checkEvery+time.Second {
 			return false
 		}
 		if compacted(k.kind) != k.compacted {
 			k.ambiguous = true
+			return true
+		}
+		if k.kind == "configmaps" && !k.refused && k.rv < k.compacted && k.said < snapshotLag {
+			k.snapshot = true
 			return true
 		}
 		k.decided = true
@@ -446,7 +470,7 @@ func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 		if !k.used.IsZero() || time.Since(k.taken) < k.useAfter {
 			continue
 		}
-		k.compacted = compacted(k.kind)
+		k.compacted, k.said = compacted(k.kind), time.Since(ts.since[k.kind])
 		if math.IsNaN(k.compacted) {
 			continue
 		}
@@ -479,7 +503,7 @@ func (ts *tokens) String() string {
 	var b strings.Builder
 	for _, k := range ts.taken {
 		if !k.used.IsZero() {
-			fmt.Fprintf(&b, "[%s RV %v after %s: refused %v, compacted %v, decided %v] ", k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted, k.decided)
+			fmt.Fprintf(&b, "[%s RV %v after %s: refused %v, compacted %v (said for %s), decided %v] ", k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted, k.said.Round(time.Second), k.decided)
 		}
 	}
 	return b.String()
@@ -488,19 +512,22 @@ func (ts *tokens) String() string {
 func (ts *tokens) report(t *testing.T) {
 	t.Helper()
 	for _, kind := range []string{"configmaps", "events"} {
-		var refused, accepted, ambiguous int
+		var refused, accepted, ambiguous, snapshot int
 		for _, k := range ts.taken {
 			switch {
 			case k.kind != kind:
 			case k.ambiguous:
 				ambiguous++
+			case k.snapshot:
+				snapshot++
 			case k.decided && k.refused:
 				refused++
 			case k.decided:
 				accepted++
 			}
 		}
-		t.Logf("%s continue tokens: %d refused, %d accepted, each as the exporter's compacted RV said; %d used while it moved", kind, refused, accepted, ambiguous)
+		t.Logf("%s continue tokens: %d refused, %d accepted, each as the exporter's compacted RV said; %d used while it moved; %d below it served from the watch cache's snapshots within %s of the compaction",
+			kind, refused, accepted, ambiguous, snapshot, snapshotLag)
 	}
 	t.Logf("tokens: %s", ts)
 }

@@ -267,7 +267,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		if err != nil {
 			return nil, err
 		}
-		p.horizon = compaction.New(compaction.Config{Client: mc, Namespace: cfg.namespace, History: p.hist,
+		p.horizon = compaction.New(compaction.Config{Client: mc, Namespace: cfg.namespace, QuietName: cfg.quietName, History: p.hist,
 			Resources: p.resources, Objects: p.objects, Interval: cfg.compactionIvl, ListInterval: cfg.listIvl},
 			regs, log.WithName("compaction"))
 	}

@@ -97,7 +97,7 @@ func register(reg prometheus.Registerer) error {
 	res := collector.ResourcesConfig{Resources: resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods"}}), Pace: resources.Pace{Interval: time.Second},
 		Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}
 	objects := resources.NewObjects(nil, res.Resources, hist, nil, reg, logr.Discard())
-	compaction.New(compaction.Config{Client: metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), Namespace: "ns", History: hist,
+	compaction.New(compaction.Config{Client: metadatafake.NewSimpleMetadataClient(runtime.NewScheme()), Namespace: "ns", QuietName: "q", History: hist,
 		Resources: res.Resources, Objects: objects, Interval: time.Second}, reg, logr.Discard())
 	if _, err := collector.New(collector.Config{Namespace: "ns", QuietName: "q", ProbeInterval: time.Second, Resources: res, Labels: prometheus.Labels{"apiserver": "x"}},
 		typed.Core(fake.NewClientset().CoreV1()), store, hist, rates.Rate, reg, logr.Discard()); err != nil {
