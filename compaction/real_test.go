@@ -443,7 +443,7 @@ func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 		return s.cm
 	}
 	for _, kind := range []string{"configmaps", "events"} {
-		if c := compacted(kind); c != ts.said[kind] {
+		if c, old := compacted(kind), ts.said[kind]; c != old || ts.since[kind].IsZero() {
 			ts.said[kind], ts.since[kind] = c, s.at
 		}
 	}
