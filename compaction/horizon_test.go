@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +22,7 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/watchcache/watchcache-exporter/internal/gathered"
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/rvclock"
 )
@@ -230,7 +230,7 @@ watchcache_compacted_resource_version{group="",resource="events"} 55
 watchcache_compacted_resource_version{group="",resource="pods"} 1200
 watchcache_compacted_resource_version{group="",resource="secrets"} NaN
 `, "watchcache_compacted_resource_version")
-	m := gatherAll(t, reg, "watchcache_compaction_window_seconds")
+	m := byResource(t, reg)["watchcache_compaction_window_seconds"]
 	if !within(m["configmaps"], 800, 2) || !within(m["pods"], 800, 2) || !within(m["events"], 15, 2) {
 		t.Errorf("windows %v: want configmaps and pods 800 s (RV 1200 of the main etcd), events 15 s (RV 55 of theirs)", m)
 	}
@@ -308,59 +308,35 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func hasLabel(ls []*dto.LabelPair, name, value string) bool {
-	for _, l := range ls {
-		if l.GetName() == name {
-			return l.GetValue() == value
-		}
-	}
-	return false
-}
-
 func within(got, want, abs float64) bool { return math.Abs(got-want) <= abs }
 
-// gather is each family's value for configmaps.
-func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+// byResource is every family's value by resource ("" for those without
+// the label).
+func byResource(t *testing.T, reg *prometheus.Registry) map[string]map[string]float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
+	out := map[string]map[string]float64{}
 	for _, f := range fams {
-		for _, m := range f.Metric {
-			if len(m.Label) > 0 && !hasLabel(m.Label, "resource", "configmaps") {
-				continue
-			}
-			switch {
-			case m.Gauge != nil:
-				out[f.GetName()] = m.Gauge.GetValue()
-			case m.Counter != nil:
-				out[f.GetName()] = m.Counter.GetValue()
-			}
+		out[f.GetName()] = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			out[f.GetName()][gathered.Label(m, "resource")] = gathered.Value(m)
 		}
 	}
 	return out
 }
 
-// gatherAll is one family's value by resource.
-func gatherAll(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+// gather is each family's value for configmaps, or its only one.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "resource" {
-					out[l.GetValue()] = m.Gauge.GetValue()
-				}
-			}
+	for name, rs := range byResource(t, reg) {
+		if v, ok := rs["configmaps"]; ok {
+			out[name] = v
+		} else if v, ok := rs[""]; ok {
+			out[name] = v
 		}
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/collector"
 	"github.com/watchcache/watchcache-exporter/experiment"
+	"github.com/watchcache/watchcache-exporter/internal/gathered"
 )
 
 // ExitInterrupted is the experiment's exit status after Ctrl-C (128 +
@@ -242,29 +243,10 @@ func gatherByName(p *parts) map[string]*dto.MetricFamily {
 	return out
 }
 
-func labelOf(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func valueOf(m *dto.Metric) float64 {
-	switch {
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	}
-	return math.NaN()
-}
-
 func labelValues(f *dto.MetricFamily, name string) []string {
 	var out []string
 	for _, m := range f.GetMetric() {
-		if v := labelOf(m, name); v != "" && !slices.Contains(out, v) {
+		if v := gathered.Label(m, name); v != "" && !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}
@@ -283,7 +265,7 @@ func progressOf(fams map[string]*dto.MetricFamily, now, start time.Time, reading
 	pr := experiment.Progress{Elapsed: now.Sub(start), Rate: math.NaN(), Window: math.NaN(), Distance: math.NaN()}
 	writes := 0.0
 	for _, m := range fams["watchcache_exporter_writes_total"].GetMetric() {
-		writes += valueOf(m)
+		writes += gathered.Value(m)
 	}
 	pr.Writes = uint64(writes)
 	readings = append(readings, reading{now, writes})
@@ -294,12 +276,12 @@ func progressOf(fams map[string]*dto.MetricFamily, now, start time.Time, reading
 		pr.Rate = (writes - first.writes) / now.Sub(first.at).Seconds()
 	}
 	for _, m := range fams["watchcache_window_seconds"].GetMetric() {
-		if v := valueOf(m); labelOf(m, "group") == "" && labelOf(m, "resource") == "configmaps" && !math.IsNaN(v) && !(v >= pr.Window) {
+		if v := gathered.Value(m); gathered.Label(m, "group") == "" && gathered.Label(m, "resource") == "configmaps" && !math.IsNaN(v) && !(v >= pr.Window) {
 			pr.Window = v
 		}
 	}
 	for _, m := range fams["watchcache_stale_distance_live_resource_versions"].GetMetric() {
-		if v := valueOf(m); !math.IsNaN(v) && !(v <= pr.Distance) {
+		if v := gathered.Value(m); !math.IsNaN(v) && !(v <= pr.Distance) {
 			pr.Distance = v
 		}
 	}
@@ -312,15 +294,15 @@ func resourceWindows(fams map[string]*dto.MetricFamily) map[string][]experiment.
 	type key struct{ apiserver, group, resource string }
 	lower := map[key]bool{}
 	for _, m := range fams["watchcache_window_lower_bound"].GetMetric() {
-		lower[key{labelOf(m, "apiserver"), labelOf(m, "group"), labelOf(m, "resource")}] = valueOf(m) == 1
+		lower[key{gathered.Label(m, "apiserver"), gathered.Label(m, "group"), gathered.Label(m, "resource")}] = gathered.Value(m) == 1
 	}
 	out := map[string][]experiment.ResourceWindow{}
 	for _, m := range fams["watchcache_window_seconds"].GetMetric() {
-		k := key{labelOf(m, "apiserver"), labelOf(m, "group"), labelOf(m, "resource")}
+		k := key{gathered.Label(m, "apiserver"), gathered.Label(m, "group"), gathered.Label(m, "resource")}
 		if k.group == "" && k.resource == "configmaps" {
 			continue // the experiment's own, reported as its cycles
 		}
-		out[k.apiserver] = append(out[k.apiserver], experiment.ResourceWindow{Group: k.group, Resource: k.resource, Seconds: valueOf(m), LowerBound: lower[k]})
+		out[k.apiserver] = append(out[k.apiserver], experiment.ResourceWindow{Group: k.group, Resource: k.resource, Seconds: gathered.Value(m), LowerBound: lower[k]})
 	}
 	for _, ws := range out {
 		slices.SortFunc(ws, func(a, b experiment.ResourceWindow) int {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/internal/gathered"
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
@@ -105,7 +105,7 @@ func TestManyResources(t *testing.T) {
 	exp.WaitFor(t, 15*time.Second+2*ivl+time.Minute, "the new CRD measured and the deleted one dropped", func(m exportertest.Metrics) bool {
 		has := func(family, resource string) bool {
 			for _, x := range m[family].GetMetric() {
-				if label(x, "group") == crdGroup && label(x, "resource") == resource {
+				if gathered.Label(x, "group") == crdGroup && gathered.Label(x, "resource") == resource {
 					return !math.IsNaN(x.GetGauge().GetValue())
 				}
 			}
@@ -153,7 +153,7 @@ func TestManyResources(t *testing.T) {
 	exp.WaitFor(t, 2*ivl+time.Minute, "every CRD measured again after the restart", func(m exportertest.Metrics) bool {
 		n := 0
 		for _, x := range m["watchcache_oldest_resource_version"].GetMetric() {
-			if label(x, "group") == crdGroup {
+			if gathered.Label(x, "group") == crdGroup {
 				if !(x.GetGauge().GetValue() > float64(rv)) {
 					return false
 				}
@@ -172,7 +172,7 @@ func TestManyResources(t *testing.T) {
 		sum := func(m exportertest.Metrics) (n float64) {
 			for _, f := range []string{"watchcache_resource_probe_errors_total", "watchcache_resource_objects_errors_total"} {
 				for _, x := range m[f].GetMetric() {
-					if label(x, "group") == crdGroup && label(x, "reason") == reason {
+					if gathered.Label(x, "group") == crdGroup && gathered.Label(x, "reason") == reason {
 						n += x.GetCounter().GetValue()
 					}
 				}
@@ -248,18 +248,9 @@ func crdRequests(t *testing.T, c *testcluster.Cluster, code string) float64 {
 	}
 	sum := 0.0
 	for _, x := range fams["apiserver_request_total"].GetMetric() {
-		if label(x, "group") == crdGroup && (code == "" || label(x, "code") == code) {
+		if gathered.Label(x, "group") == crdGroup && (code == "" || gathered.Label(x, "code") == code) {
 			sum += x.GetCounter().GetValue()
 		}
 	}
 	return sum
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }

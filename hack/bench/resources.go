@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/internal/gathered"
 	"github.com/watchcache/watchcache-exporter/resources"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -333,18 +333,9 @@ func requestsOf(ctx context.Context, a *testcluster.APIServer) (map[string]float
 	}
 	out := map[string]float64{}
 	for _, m := range fams["apiserver_request_total"].GetMetric() {
-		out[labelValue(m, "verb")] += m.GetCounter().GetValue()
+		out[gathered.Label(m, "verb")] += m.GetCounter().GetValue()
 	}
 	return out, nil
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 // countSeries counts the series of a family on the exporter's /metrics.

@@ -24,6 +24,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/watchcache/watchcache-exporter/internal/gathered"
 )
 
 //go:embed index.html
@@ -258,25 +260,6 @@ func (p *Page) Run(ctx context.Context) {
 	}
 }
 
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	}
-	return math.NaN()
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
 func finite(v float64) *float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil
@@ -294,22 +277,24 @@ func (p *Page) sample(now time.Time) {
 		byName[f.GetName()] = f
 	}
 	s := Sample{Time: now.UnixMilli(), Window: map[string]float64{}}
-	configMaps := func(m *dto.Metric) bool { return label(m, "group") == "" && label(m, "resource") == "configmaps" }
+	configMaps := func(m *dto.Metric) bool {
+		return gathered.Label(m, "group") == "" && gathered.Label(m, "resource") == "configmaps"
+	}
 	for _, m := range byName[windowSeconds].GetMetric() {
-		if v := finite(value(m)); v != nil && configMaps(m) {
-			s.Window[label(m, "apiserver")] = *v
+		if v := finite(gathered.Value(m)); v != nil && configMaps(m) {
+			s.Window[gathered.Label(m, "apiserver")] = *v
 		}
 	}
 	for _, m := range byName[fleetWindow].GetMetric() {
 		if configMaps(m) {
-			s.Fleet = finite(value(m))
+			s.Fleet = finite(gathered.Value(m))
 		}
 	}
 	resources := resourceWindows(byName)
 	// One line for the prediction: the shortest over the apiservers, what a
 	// client that may reconnect to any of them can rely on.
 	for _, m := range byName[predictedWindow].GetMetric() {
-		if v := finite(value(m)); v != nil && (s.Predicted == nil || *v < *s.Predicted) {
+		if v := finite(gathered.Value(m)); v != nil && (s.Predicted == nil || *v < *s.Predicted) {
 			s.Predicted = v
 		}
 	}
@@ -318,17 +303,17 @@ func (p *Page) sample(now time.Time) {
 		writes = clusterWrites
 	}
 	if ms := byName[writes].GetMetric(); len(ms) > 0 {
-		s.Rate = p.writeRate(value(ms[0]), now)
+		s.Rate = p.writeRate(gathered.Value(ms[0]), now)
 	} else {
 		p.writeReadings = nil // unknown: no rate across the gap
 	}
 	if ms := byName[targetRate].GetMetric(); len(ms) > 0 {
-		s.Target = finite(value(ms[0]))
+		s.Target = finite(gathered.Value(ms[0]))
 	}
 	last := func(name, apiserver string) float64 {
 		for _, m := range byName[name].GetMetric() {
-			if label(m, "apiserver") == apiserver {
-				return value(m)
+			if gathered.Label(m, "apiserver") == apiserver {
+				return gathered.Value(m)
 			}
 		}
 		return math.NaN()
@@ -346,8 +331,8 @@ func (p *Page) sample(now time.Time) {
 	// them at 0) is counted from 0 again, as a counter reset.
 	counts := map[[2]string]float64{}
 	for _, m := range byName[expiryCycles].GetMetric() {
-		key := [2]string{label(m, "apiserver"), label(m, "bookmark_result")}
-		v, prev := value(m), p.counts[key]
+		key := [2]string{gathered.Label(m, "apiserver"), gathered.Label(m, "bookmark_result")}
+		v, prev := gathered.Value(m), p.counts[key]
 		if v < prev {
 			prev = 0
 		}
@@ -372,7 +357,7 @@ func resourceWindows(byName map[string]*dto.MetricFamily) []Resource {
 	type key struct{ group, resource string }
 	byKey := map[key]*Resource{}
 	get := func(m *dto.Metric) *Resource {
-		k := key{label(m, "group"), label(m, "resource")}
+		k := key{gathered.Label(m, "group"), gathered.Label(m, "resource")}
 		r := byKey[k]
 		if r == nil {
 			r = &Resource{Group: k.group, Resource: k.resource, APIServers: map[string]Window{}}
@@ -386,20 +371,20 @@ func resourceWindows(byName map[string]*dto.MetricFamily) []Resource {
 	lowers := map[series]bool{}
 	for _, fam := range []string{windowLowerBound, fleetLowerBound} {
 		for _, m := range byName[fam].GetMetric() {
-			lowers[series{label(m, "apiserver"), label(m, "group"), label(m, "resource")}] = value(m) == 1
+			lowers[series{gathered.Label(m, "apiserver"), gathered.Label(m, "group"), gathered.Label(m, "resource")}] = gathered.Value(m) == 1
 		}
 	}
 	lower := func(apiserver, group, resource string) bool { return lowers[series{apiserver, group, resource}] }
 	for _, m := range byName[windowSeconds].GetMetric() {
 		r := get(m)
-		if v := finite(value(m)); v != nil {
-			a := label(m, "apiserver")
+		if v := finite(gathered.Value(m)); v != nil {
+			a := gathered.Label(m, "apiserver")
 			r.APIServers[a] = Window{Seconds: *v, Lower: lower(a, r.Group, r.Resource)}
 		}
 	}
 	for _, m := range byName[fleetWindow].GetMetric() {
 		r := get(m)
-		if v := finite(value(m)); v != nil {
+		if v := finite(gathered.Value(m)); v != nil {
 			r.Fleet = &Window{Seconds: *v, Lower: lower("", r.Group, r.Resource)}
 		}
 	}
