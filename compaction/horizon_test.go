@@ -257,14 +257,10 @@ func TestTimeList(t *testing.T) {
 			return l, nil
 		}
 	}
-	var got int
-	h.timeList(t.Context(), "pods", pages(3, 0), func(_ float64, p int) { got = p })
-	if got != 3 {
-		t.Errorf("%d pages timed, want 3", got)
+	if _, got, ok := h.timeList(t.Context(), "pods", pages(3, 0)); got != 3 || !ok {
+		t.Errorf("%d pages timed (ok %v), want 3", got, ok)
 	}
-	got = 0
-	h.timeList(t.Context(), "pods", pages(3, 2), func(_ float64, p int) { got = p })
-	if got != 0 {
+	if _, got, ok := h.timeList(t.Context(), "pods", pages(3, 2)); ok {
 		t.Errorf("a LIST refused at its second page timed %d pages, want none", got)
 	}
 	compare(t, reg, `

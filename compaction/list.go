@@ -14,7 +14,7 @@ import (
 // ListInterval, the first as soon as the object counts name it.
 func (h *Horizon) runLists(ctx context.Context) {
 	for ctx.Err() == nil {
-		r, _, ok := h.cfg.Objects.Largest()
+		r, ok := h.cfg.Objects.Largest()
 		if !ok {
 			if pause.For(ctx, h.cfg.Interval) != nil {
 				return
@@ -22,13 +22,11 @@ func (h *Horizon) runLists(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		h.timeList(ctx, r.Name(), func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
-			return h.cfg.Client.Resource(r.GVR()).List(ctx, opts)
-		}, func(seconds float64, pages int) {
+		if seconds, pages, ok := h.timeList(ctx, r.Name(), h.cfg.Client.Resource(r.GVR()).List); ok {
 			h.mu.Lock()
 			h.list = timedList{r: r, seconds: seconds, pages: pages, done: true}
 			h.mu.Unlock()
-		})
+		}
 		if pause.For(ctx, time.Until(start.Add(h.cfg.ListInterval))) != nil {
 			return
 		}
@@ -36,24 +34,23 @@ func (h *Horizon) runLists(ctx context.Context) {
 }
 
 // timeList lists every page of list, PageSize at a time, as a client that
-// relists does, and gives done how long that took.
-func (h *Horizon) timeList(ctx context.Context, name string, list lister, done func(seconds float64, pages int)) {
+// relists does, and says how long that took; ok is false when a page failed.
+func (h *Horizon) timeList(ctx context.Context, name string, list lister) (seconds float64, pages int, ok bool) {
 	start := time.Now()
 	opts := metav1.ListOptions{Limit: PageSize}
-	for pages := 1; ; pages++ {
+	for pages = 1; ; pages++ {
 		l, err := list(ctx, opts)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.errors.WithLabelValues(promopts.Reason(err)).Inc()
 				h.errLog.Error("list-"+name, err, "the timed paginated LIST failed", "resource", name, "page", pages, "after", time.Since(start).Round(time.Millisecond))
 			}
-			return
+			return 0, 0, false
 		}
 		if l.Continue == "" {
-			seconds := time.Since(start).Seconds()
+			seconds = time.Since(start).Seconds()
 			h.log.V(1).Info("timed a paginated LIST", "resource", name, "pages", pages, "seconds", seconds)
-			done(seconds, pages)
-			return
+			return seconds, pages, true
 		}
 		opts.Continue = l.Continue
 	}

@@ -142,17 +142,18 @@ func (o *Objects) count(ctx context.Context, r Resource) listed {
 	return seen
 }
 
-// Largest is the counted resource with the most objects, and how many; ok
-// is false until a count is known.
-func (o *Objects) Largest() (r Resource, objects float64, ok bool) {
+// Largest is the counted resource with the most objects; ok is false
+// until a count is known.
+func (o *Objects) Largest() (r Resource, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	most := 0.0
 	for _, c := range o.counted {
-		if n, known := o.counts[c.Key()]; known && !math.IsNaN(n) && (!ok || n > objects) {
-			r, objects, ok = c, n, true
+		if n, known := o.counts[c.Key()]; known && !math.IsNaN(n) && (!ok || n > most) {
+			r, most, ok = c, n, true
 		}
 	}
-	return r, objects, ok
+	return r, ok
 }
 
 // follow starts the series of resources new in rs (NaN until counted) and
