@@ -41,14 +41,14 @@ const (
 
 // sample is one look at etcd's compaction revisions and the exporter's.
 type sample struct {
-	at                    time.Time
-	etcd, eventsEtcd      float64 // etcd_debugging_mvcc_compact_revision of each
-	cm, ev                float64 // the exporter's compacted RV of configmaps, events
-	windowCM, windowEv    float64
-	lowerCM               float64
-	lastCM, lastEv        float64 // last compaction timestamps
-	intervalCM, interEv   float64
-	compactionsCM, compEv float64
+	at                           time.Time
+	etcd, eventsEtcd             float64 // etcd_debugging_mvcc_compact_revision of each
+	cm, ev                       float64 // the exporter's compacted RV of configmaps, events
+	windowCM, windowEv           float64
+	lowerCM                      float64
+	lastCM, lastEv               float64 // last compaction timestamps
+	intervalCM, intervalEv       float64
+	compactionsCM, compactionsEv float64
 }
 
 // TestListHorizon: against etcd's own compaction revisions, for the main
@@ -110,8 +110,8 @@ func TestListHorizon(t *testing.T) {
 		s.windowCM, s.windowEv = get("compaction_window_seconds", "configmaps"), get("compaction_window_seconds", "events")
 		s.lowerCM = get("compaction_window_lower_bound", "configmaps")
 		s.lastCM, s.lastEv = get("last_compaction_timestamp_seconds", "configmaps"), get("last_compaction_timestamp_seconds", "events")
-		s.intervalCM, s.interEv = get("compaction_interval_seconds", "configmaps"), get("compaction_interval_seconds", "events")
-		s.compactionsCM, s.compEv = get("compactions_total", "configmaps"), get("compactions_total", "events")
+		s.intervalCM, s.intervalEv = get("compaction_interval_seconds", "configmaps"), get("compaction_interval_seconds", "events")
+		s.compactionsCM, s.compactionsEv = get("compactions_total", "configmaps"), get("compactions_total", "events")
 		return s
 	}
 
@@ -148,7 +148,7 @@ func TestListHorizon(t *testing.T) {
 	for _, x := range []struct {
 		name                   string
 		compactions, intervalS float64
-	}{{"configmaps", last.compactionsCM, last.intervalCM}, {"events", last.compEv, last.interEv}} {
+	}{{"configmaps", last.compactionsCM, last.intervalCM}, {"events", last.compactionsEv, last.intervalEv}} {
 		if x.compactions < 2 || math.Abs(x.intervalS-interval.Seconds()) > 2*checkEvery.Seconds()+1 {
 			t.Errorf("%s: %v compactions seen, %v s apart; want at least 2, %s apart (within 2 checks)", x.name, x.compactions, x.intervalS, interval)
 		}
@@ -164,7 +164,7 @@ func TestListHorizon(t *testing.T) {
 	tokens.report(t)
 	probes := exp.Scrape(t).Value(t, "watchcache_compaction_probes_total")
 	t.Logf("cost: %v LISTs at exact RVs in %s from the exporter's start, for 2 etcds checked every %s and %v + %v compactions seen",
-		probes, time.Since(exporterStart).Round(time.Second), checkEvery, last.compactionsCM, last.compEv)
+		probes, time.Since(exporterStart).Round(time.Second), checkEvery, last.compactionsCM, last.compactionsEv)
 
 	// The timed paginated LIST: the events, three pages.
 	exp.WaitFor(t, time.Minute, "a timed paginated LIST of events", func(m exportertest.Metrics) bool {
@@ -319,7 +319,7 @@ func checkStoppedAlert(t *testing.T, on, off []sample) {
 	in.WriteString(series("watchcache_last_compaction_timestamp_seconds", "configmaps", func(s sample) float64 { return s.lastCM }, true))
 	in.WriteString(series("watchcache_last_compaction_timestamp_seconds", "events", func(s sample) float64 { return s.lastEv }, true))
 	in.WriteString(series("watchcache_compaction_interval_seconds", "configmaps", func(s sample) float64 { return s.intervalCM }, false))
-	in.WriteString(series("watchcache_compaction_interval_seconds", "events", func(s sample) float64 { return s.interEv }, false))
+	in.WriteString(series("watchcache_compaction_interval_seconds", "events", func(s sample) float64 { return s.intervalEv }, false))
 	// Evaluated at the last sample taken with compaction on, and at the end.
 	evalOn := time.Duration(slices.IndexFunc(picked, func(s sample) bool { return !s.at.Before(off[0].at) })-1) * step
 	evalEnd := time.Duration(len(picked)-1) * step
@@ -373,11 +373,11 @@ type tokens struct {
 const snapshotLag = 15*time.Second + checkEvery + time.Second
 
 type token struct {
-	kind      string // configmaps or events
-	continue_ string
-	rv        float64
-	taken     time.Time
-	useAfter  time.Duration
+	kind     string // configmaps or events
+	cont     string // the continue token
+	rv       float64
+	taken    time.Time
+	useAfter time.Duration
 	// When used: the exporter's compacted RV just before, the answer, and
 	// when to read the exporter again.
 	compacted float64
@@ -428,7 +428,7 @@ func (ts *tokens) take(t *testing.T, ctx context.Context) {
 		if _, err := fmt.Sscan(l.ResourceVersion, &rv); err != nil {
 			t.Fatal(err)
 		}
-		ts.taken = append(ts.taken, &token{kind: kind, continue_: l.Continue, rv: rv, taken: time.Now(), useAfter: delays[len(ts.taken)/2%len(delays)]})
+		ts.taken = append(ts.taken, &token{kind: kind, cont: l.Continue, rv: rv, taken: time.Now(), useAfter: delays[len(ts.taken)/2%len(delays)]})
 	}
 }
 
@@ -474,7 +474,7 @@ func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 		if math.IsNaN(k.compacted) {
 			continue
 		}
-		_, err := ts.list(ctx, k.kind, k.continue_)
+		_, err := ts.list(ctx, k.kind, k.cont)
 		switch {
 		case apierrors.IsResourceExpired(err):
 			k.refused = true
