@@ -130,6 +130,24 @@ func testHA(t *testing.T) {
 		restarts = append(restarts, r)
 		if i < 2 {
 			time.Sleep(time.Until(r.stop.Add(apart)))
+			// However long the restart took on a busy machine, the
+			// restarted replica's window grows more than 20 s past its
+			// value just after the reset before the next restart ends
+			// this one's samples.
+			w0, err := m.Get("watchcache_window_seconds", "apiserver", id(i), "resource", "configmaps")
+			if err != nil {
+				w0 = math.NaN()
+			}
+			exp.WaitFor(t, 2*time.Minute, id(i)+"'s window grown past the reset", func(m exportertest.Metrics) bool {
+				w, err := m.Get("watchcache_window_seconds", "apiserver", id(i), "resource", "configmaps")
+				if err != nil || math.IsNaN(w) {
+					return false
+				}
+				if math.IsNaN(w0) {
+					w0 = w
+				}
+				return w > w0+22
+			})
 		}
 	}
 	exp.WaitFor(t, 3*time.Minute, "the fleet window to grow back", func(m exportertest.Metrics) bool {

@@ -54,8 +54,8 @@ type sample struct {
 // TestListHorizon: against etcd's own compaction revisions, for the main
 // etcd and an events etcd (--etcd-servers-overrides), over at least three
 // compactions each; real continue tokens, taken every few seconds and used
-// later, are refused with 410 exactly when their RV is below the exporter's
-// compacted RV; a paginated LIST of the largest resource is timed; then
+// after compactions the test sees, are refused with 410 exactly when their
+// RV is below the exporter's compacted RV; a paginated LIST of the largest resource is timed; then
 // compaction is turned off (--etcd-compaction-interval=0): the horizon
 // grows, and WatchCacheEtcdCompactionStopped fires on the series this run
 // produced (promtool, every Prometheus version tested).
@@ -115,25 +115,39 @@ func TestListHorizon(t *testing.T) {
 		return s
 	}
 
-	// Phase 1: compaction every interval.
-	tokens := newTokens(admin)
+	// Phase 1: compaction every interval, until three compactions of each
+	// etcd were seen and the tokens decided: ended by etcd's compactions,
+	// not by the clock, which a busy machine stretches.
+	tokens := newTokens(admin, func(kind string) float64 {
+		if kind == "events" {
+			return etcdRevision(t, c.EventsEtcdMetrics)
+		}
+		return etcdRevision(t, c.EtcdMetrics)
+	})
+	const maxCompactions = 8
 	var samples []sample
 	start := time.Now()
+	lastCompaction := start
 	for tick := 0; ; tick++ {
 		time.Sleep(time.Second)
 		s := look()
+		if len(samples) > 0 && s.etcd != samples[len(samples)-1].etcd {
+			lastCompaction = s.at
+		}
 		samples = append(samples, s)
 		if tick%5 == 0 {
 			tokens.take(t, ctx)
 		}
 		tokens.use(t, ctx, s)
-		if distinct(samples, func(s sample) float64 { return s.etcd }) >= 3 && distinct(samples, func(s sample) float64 { return s.eventsEtcd }) >= 3 &&
+		seen := distinct(samples, func(s sample) float64 { return s.etcd })
+		if seen >= 3 && distinct(samples, func(s sample) float64 { return s.eventsEtcd }) >= 3 &&
 			s.cm == s.etcd && s.ev == s.eventsEtcd && tokens.decided() {
 			break
 		}
-		if time.Since(start) > 4*time.Minute {
-			t.Fatalf("after %s: etcd compacted to %v, events' etcd to %v; exporter says %v, %v; tokens %s",
-				time.Since(start).Round(time.Second), values(samples, func(s sample) float64 { return s.etcd }),
+		if seen >= maxCompactions || s.at.Sub(lastCompaction) > 5*interval {
+			t.Fatalf("after %s and %d compactions of the main etcd (the last %s ago): etcd compacted to %v, events' etcd to %v; exporter says %v, %v; tokens %s",
+				time.Since(start).Round(time.Second), seen, s.at.Sub(lastCompaction).Round(time.Second),
+				values(samples, func(s sample) float64 { return s.etcd }),
 				values(samples, func(s sample) float64 { return s.eventsEtcd }), s.cm, s.ev, tokens)
 		}
 	}
@@ -355,47 +369,49 @@ tests:
 }
 
 // tokens are continue tokens of the ConfigMaps and of the events, taken
-// every few seconds and each used once, after a delay from a cycle that
-// lands both before and after the compactions that pass it.
+// every few seconds and used at moments chosen from the compactions the
+// test sees: after each compaction that etcd and the exporter agree on, the
+// newest token below it (it must be refused) and the oldest at or above it
+// (it must be served), each of a kind once. Etcd's compaction revision,
+// read before and after the use, decides its fate; a use that a compaction
+// overtook is tried again after the next.
 type tokens struct {
-	admin   kubernetes.Interface
-	taken   []*token
-	pending []*token // used, waiting for the exporter's next checks
+	admin kubernetes.Interface
+	// etcd reads the compaction revision of the etcd that holds a kind.
+	etcd  func(kind string) float64
+	taken []*token
 	// The exporter's compacted RV of each kind, and since when it says so.
 	said  map[string]float64
 	since map[string]time.Time
+	// tried: the compacted RV after which a token of each kind and
+	// expected fate was used.
+	tried map[string]float64
 }
 
 // snapshotLag bounds how long after etcd's compaction a ConfigMaps'
 // continue token below it may still be served, from the watch cache's
 // snapshots: the cache trims them every 15 s (the cacher's compactor), and
-// the exporter sees the compaction within a check.
+// the exporter sees the compaction within a check. A token below the
+// compaction is used no sooner.
 const snapshotLag = 15*time.Second + checkEvery + time.Second
 
 type token struct {
-	kind     string // configmaps or events
-	cont     string // the continue token
-	rv       float64
-	taken    time.Time
-	useAfter time.Duration
-	// When used: the exporter's compacted RV just before, the answer, and
-	// when to read the exporter again.
-	compacted float64
-	said      time.Duration // how long the exporter had said so
-	refused   bool
-	used      time.Time
-	// snapshot: accepted below the compacted RV, from the watch cache's
-	// snapshots, within snapshotLag of the compaction.
-	snapshot bool
-	// decided: the exporter's compacted RV was the same after as before,
-	// so the answer is compared with it; ambiguous: it moved meanwhile.
-	decided, ambiguous bool
+	kind  string // configmaps or events
+	cont  string // the continue token
+	rv    float64
+	taken time.Time
+	// When used: the exporter's compacted RV (etcd's too), the answer, and
+	// whether etcd compacted again during the use.
+	compacted  float64
+	said       time.Duration // how long the exporter had said so
+	refused    bool
+	used       time.Time
+	overtaken  bool
+	checkedRVs bool // decided: refused exactly when rv < compacted
 }
 
-var delays = []time.Duration{10 * time.Second, 35 * time.Second, 60 * time.Second, 80 * time.Second}
-
-func newTokens(admin kubernetes.Interface) *tokens {
-	return &tokens{admin: admin, said: map[string]float64{}, since: map[string]time.Time{}}
+func newTokens(admin kubernetes.Interface, etcd func(kind string) float64) *tokens {
+	return &tokens{admin: admin, etcd: etcd, said: map[string]float64{}, since: map[string]time.Time{}, tried: map[string]float64{}}
 }
 
 func (ts *tokens) list(ctx context.Context, kind, cont string) (metav1.ListMeta, error) {
@@ -428,62 +444,72 @@ func (ts *tokens) take(t *testing.T, ctx context.Context) {
 		if _, err := fmt.Sscan(l.ResourceVersion, &rv); err != nil {
 			t.Fatal(err)
 		}
-		ts.taken = append(ts.taken, &token{kind: kind, cont: l.Continue, rv: rv, taken: time.Now(), useAfter: delays[len(ts.taken)/2%len(delays)]})
+		ts.taken = append(ts.taken, &token{kind: kind, cont: l.Continue, rv: rv, taken: time.Now()})
 	}
 }
 
-// use uses the tokens that are due, and decides those used two checks ago
-// with s, the exporter's compacted RVs now.
+// use uses, after each compaction s shows etcd and the exporter agreeing
+// on, a token of each kind and expected fate that is due.
 func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 	t.Helper()
-	compacted := func(kind string) float64 {
-		if kind == "events" {
-			return s.ev
-		}
-		return s.cm
-	}
 	for _, kind := range []string{"configmaps", "events"} {
-		if c, old := compacted(kind), ts.said[kind]; c != old || ts.since[kind].IsZero() {
+		c, e := s.cm, s.etcd
+		if kind == "events" {
+			c, e = s.ev, s.eventsEtcd
+		}
+		if c != ts.said[kind] || ts.since[kind].IsZero() {
 			ts.said[kind], ts.since[kind] = c, s.at
 		}
+		if math.IsNaN(c) || c == 0 || c != e {
+			continue
+		}
+		said := s.at.Sub(ts.since[kind])
+		for _, below := range []bool{true, false} {
+			key := fmt.Sprintf("%s/%v", kind, below)
+			if ts.tried[key] == c || below && kind == "configmaps" && said < snapshotLag {
+				continue
+			}
+			k := ts.pick(kind, c, below)
+			if k == nil {
+				continue
+			}
+			ts.tried[key] = c
+			k.compacted, k.said = c, said
+			_, err := ts.list(ctx, k.kind, k.cont)
+			switch {
+			case apierrors.IsResourceExpired(err):
+				k.refused = true
+			case err != nil:
+				t.Fatalf("%s continue token: %v", k.kind, err)
+			}
+			k.used = time.Now()
+			if after := ts.etcd(kind); after != c {
+				k.overtaken = true // tried again after the next compaction
+				ts.tried[key] = 0
+				continue
+			}
+			k.checkedRVs = true
+			if k.refused != below {
+				t.Errorf("%s continue token of RV %v, used %s after it was taken: refused %v, but the exporter's compacted RV was %v (said for %s, as etcd's)",
+					k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted, k.said.Round(time.Second))
+			}
+		}
 	}
-	ts.pending = slices.DeleteFunc(ts.pending, func(k *token) bool {
-		if time.Since(k.used) < 2*checkEvery+time.Second {
-			return false
-		}
-		if compacted(k.kind) != k.compacted {
-			k.ambiguous = true
-			return true
-		}
-		if k.kind == "configmaps" && !k.refused && k.rv < k.compacted && k.said < snapshotLag {
-			k.snapshot = true
-			return true
-		}
-		k.decided = true
-		if want := k.rv < k.compacted; k.refused != want {
-			t.Errorf("%s continue token of RV %v, used %s after it was taken: refused %v, but the exporter's compacted RV was %v",
-				k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted)
-		}
-		return true
-	})
+}
+
+// pick is the unused token of kind nearest below c (below) or nearest at
+// or above it, or nil.
+func (ts *tokens) pick(kind string, c float64, below bool) *token {
+	var best *token
 	for _, k := range ts.taken {
-		if !k.used.IsZero() || time.Since(k.taken) < k.useAfter {
+		if k.kind != kind || !k.used.IsZero() || (k.rv < c) != below {
 			continue
 		}
-		k.compacted, k.said = compacted(k.kind), time.Since(ts.since[k.kind])
-		if math.IsNaN(k.compacted) {
-			continue
+		if best == nil || below && k.rv > best.rv || !below && k.rv < best.rv {
+			best = k
 		}
-		_, err := ts.list(ctx, k.kind, k.cont)
-		switch {
-		case apierrors.IsResourceExpired(err):
-			k.refused = true
-		case err != nil:
-			t.Fatalf("%s continue token: %v", k.kind, err)
-		}
-		k.used = time.Now()
-		ts.pending = append(ts.pending, k)
 	}
+	return best
 }
 
 // decided says whether a token of each kind was decided refused and one
@@ -491,7 +517,7 @@ func (ts *tokens) use(t *testing.T, ctx context.Context, s sample) {
 func (ts *tokens) decided() bool {
 	for _, kind := range []string{"configmaps", "events"} {
 		for _, refused := range []bool{false, true} {
-			if !slices.ContainsFunc(ts.taken, func(k *token) bool { return k.kind == kind && k.decided && k.refused == refused }) {
+			if !slices.ContainsFunc(ts.taken, func(k *token) bool { return k.kind == kind && k.checkedRVs && k.refused == refused }) {
 				return false
 			}
 		}
@@ -503,7 +529,7 @@ func (ts *tokens) String() string {
 	var b strings.Builder
 	for _, k := range ts.taken {
 		if !k.used.IsZero() {
-			fmt.Fprintf(&b, "[%s RV %v after %s: refused %v, compacted %v (said for %s), decided %v] ", k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted, k.said.Round(time.Second), k.decided)
+			fmt.Fprintf(&b, "[%s RV %v after %s: refused %v, compacted %v (said for %s), overtaken %v] ", k.kind, k.rv, k.used.Sub(k.taken).Round(time.Second), k.refused, k.compacted, k.said.Round(time.Second), k.overtaken)
 		}
 	}
 	return b.String()
@@ -512,22 +538,20 @@ func (ts *tokens) String() string {
 func (ts *tokens) report(t *testing.T) {
 	t.Helper()
 	for _, kind := range []string{"configmaps", "events"} {
-		var refused, accepted, ambiguous, snapshot int
+		var refused, accepted, overtaken int
 		for _, k := range ts.taken {
 			switch {
 			case k.kind != kind:
-			case k.ambiguous:
-				ambiguous++
-			case k.snapshot:
-				snapshot++
-			case k.decided && k.refused:
+			case k.overtaken:
+				overtaken++
+			case k.checkedRVs && k.refused:
 				refused++
-			case k.decided:
+			case k.checkedRVs:
 				accepted++
 			}
 		}
-		t.Logf("%s continue tokens: %d refused, %d accepted, each as the exporter's compacted RV said; %d used while it moved; %d below it served from the watch cache's snapshots within %s of the compaction",
-			kind, refused, accepted, ambiguous, snapshot, snapshotLag)
+		t.Logf("%s continue tokens: %d refused, %d accepted, each as the exporter's compacted RV said; %d overtaken by a compaction while used",
+			kind, refused, accepted, overtaken)
 	}
 	t.Logf("tokens: %s", ts)
 }

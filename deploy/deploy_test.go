@@ -323,7 +323,11 @@ func TestDeploy(t *testing.T) {
 			dep := find[appsv1.Deployment](t, objs, "Deployment")
 			args := append(slices.Clone(dep.Spec.Template.Spec.Containers[0].Args), "--namespace="+ns, "--load.rate=0", "--resources.interval=2s")
 			e := exportertest.Start(t, saCfg, args...)
-			e.WaitFor(t, time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
+			// A window needs two rounds (the first object count places each
+			// resource's clock); at the default budget of 5 requests/s a
+			// round of all of a cluster's ~55 resources takes 22 s: two
+			// rounds and a minute more, as a busy machine takes.
+			e.WaitFor(t, 2*time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
 				n := 0
 				for _, x := range m["watchcache_window_seconds"].GetMetric() {
 					if v := x.GetGauge().GetValue(); v > 0 {

@@ -13,15 +13,17 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/watchcache/watchcache-exporter/resources"
+	"github.com/watchcache/watchcache-exporter/test/arrivals"
 	"github.com/watchcache/watchcache-exporter/test/browser"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
@@ -45,8 +47,8 @@ const (
 // TestEveryResourceWindow writes leases, pods, ConfigMaps and events at
 // their own rates, events in an etcd of their own, while a passive exporter
 // measures every resource's window: each must match the apiserver's own
-// capacity over that resource's write rate (the rate of its watch_cache
-// events over the window) within 2%, the ConfigMaps' within 1%. Each etcd
+// capacity over that resource's write rate (the events the test's own
+// watch of it received in the window) within 2%, the ConfigMaps' within 1%. Each etcd
 // is an RV domain of its own: events' RVs say nothing of when the main
 // etcd's were written, and the reverse. Secrets have their cache off, so etcd's
 // compaction bounds their window: the exporter must say so and find etcd's
@@ -71,6 +73,18 @@ func TestEveryResourceWindow(t *testing.T) {
 	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0",
 		"--resources=pods,leases.coordination.k8s.io,secrets,events", "--resources.interval=2s")
 	exp.WaitReady(t, time.Minute)
+
+	// The test's own watch of each resource, from before the writers start.
+	watched := []string{"leases", "pods", "configmaps", "events"}
+	received := map[string]*arrivals.Log{}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	for _, r := range watched {
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: r}
+		if r == "leases" {
+			gvr.Group = "coordination.k8s.io"
+		}
+		received[r] = arrivals.Watch(t, dyn.Resource(gvr))
+	}
 
 	var leaseWrites, podWrites, configMapWrites, eventWrites atomic.Int64
 	writeCtx, stopWrites := context.WithCancel(ctx)
@@ -103,37 +117,29 @@ func TestEveryResourceWindow(t *testing.T) {
 	})
 
 	type sample struct {
-		at                time.Time // when the apiserver's counters were read
-		eventsAt          time.Time // when the events' etcd revision was read
+		at                time.Time // when the exporter was scraped
 		window, capacity  map[string]float64
-		events            map[string]float64
 		lower, cacheOn    map[string]float64
 		oldestSecrets     float64
 		compactedRevision float64
+		eventsRevision    float64 // the events' etcd's current revision
 		mainRevision      float64 // the main etcd's current revision
 	}
-	watched := []string{"leases", "pods", "configmaps", "events"}
 	var samples []sample
 	start := time.Now()
 	const total, steadyAfter = 210 * time.Second, 140 * time.Second
-	// Each counter is timed by its own read, at the read's midpoint: on a
-	// busy machine a sample's four reads take seconds, and a counter timed
-	// a second late moves the rate over an 80 s window by more than 1%.
-	timedRead := func(read func(context.Context) (map[string]*dto.MetricFamily, error)) (map[string]*dto.MetricFamily, time.Time) {
+	for time.Since(start) < total {
+		time.Sleep(5 * time.Second)
+		// The exporter's windows hold from its last probe; the scrape's
+		// midpoint is when they are compared with the watches' counts.
 		t0 := time.Now()
-		fams, err := read(ctx)
+		m := exp.Scrape(t)
+		s := sample{at: t0.Add(time.Since(t0) / 2), window: map[string]float64{}, capacity: map[string]float64{},
+			lower: map[string]float64{}, cacheOn: map[string]float64{}}
+		fams, err := a.Metrics(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fams, t0.Add(time.Since(t0) / 2)
-	}
-	for time.Since(start) < total {
-		time.Sleep(5 * time.Second)
-		m := exp.Scrape(t)
-		fams, at := timedRead(a.Metrics)
-		var err error
-		s := sample{at: at, window: map[string]float64{}, capacity: map[string]float64{}, events: map[string]float64{},
-			lower: map[string]float64{}, cacheOn: map[string]float64{}}
 		for _, r := range watched {
 			s.window[r] = m.Value(t, "watchcache_window_seconds", "resource", r)
 			s.lower[r] = m.Value(t, "watchcache_window_lower_bound", "resource", r)
@@ -144,21 +150,12 @@ func TestEveryResourceWindow(t *testing.T) {
 			if s.capacity[r], err = testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": r}); err != nil {
 				t.Fatal(err)
 			}
-			if r == "events" {
-				continue // below: the apiserver's counter counts each write twice
-			}
-			if s.events[r], err = testcluster.Value(fams, "apiserver_watch_cache_events_received_total", map[string]string{"resource": r}); err != nil {
-				t.Fatal(err)
-			}
 		}
-		// Events and events.events.k8s.io are two watch caches of one
-		// storage (cohabiting resources) whose metrics carry the same
-		// labels: their events_received_total counts each write twice (100/s
-		// at 50 writes/s, measured). Their etcd holds nothing else, so its
-		// revision counts their writes once each.
-		var eventsEtcd map[string]*dto.MetricFamily
-		eventsEtcd, s.eventsAt = timedRead(c.EventsEtcdMetrics)
-		if s.events["events"], err = testcluster.Value(eventsEtcd, "etcd_debugging_mvcc_current_revision", nil); err != nil {
+		eventsEtcd, err := c.EventsEtcdMetrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.eventsRevision, err = testcluster.Value(eventsEtcd, "etcd_debugging_mvcc_current_revision", nil); err != nil {
 			t.Fatal(err)
 		}
 		s.cacheOn["secrets"] = m.Value(t, "watchcache_resource_watch_cache_enabled", "resource", "secrets")
@@ -198,32 +195,17 @@ func TestEveryResourceWindow(t *testing.T) {
 	// The premise: events' RVs (their etcd's revisions) ran ahead of the
 	// main etcd's, where a single RV clock would follow them.
 	last := samples[len(samples)-1]
-	t.Logf("current RVs: events' etcd %v, the main etcd %v", last.events["events"], last.mainRevision)
-	if last.events["events"] <= last.mainRevision {
-		t.Fatalf("events' RV %v is not ahead of the main etcd's %v: the test's premise does not hold", last.events["events"], last.mainRevision)
+	t.Logf("current RVs: events' etcd %v, the main etcd %v", last.eventsRevision, last.mainRevision)
+	if last.eventsRevision <= last.mainRevision {
+		t.Fatalf("events' RV %v is not ahead of the main etcd's %v: the test's premise does not hold", last.eventsRevision, last.mainRevision)
 	}
 
-	// Each resource's window against capacity over its write rate, the rate
-	// of its cache's events over the window itself (the counter read
-	// between the two samples around its start): a rate over any other
-	// span (a minute, say) differs from the window's own whenever the
-	// writers stall and catch up, as they do on a busy machine.
-	readAt := func(s sample, r string) time.Time { // when r's counter was read
-		if r == "events" {
-			return s.eventsAt
-		}
-		return s.at
-	}
-	eventsAt := func(r string, at time.Time) (float64, bool) {
-		for k := 1; k < len(samples); k++ {
-			a, b := readAt(samples[k-1], r), readAt(samples[k], r)
-			if !at.Before(a) && !at.After(b) {
-				f := at.Sub(a).Seconds() / b.Sub(a).Seconds()
-				return samples[k-1].events[r] + f*(samples[k].events[r]-samples[k-1].events[r]), true
-			}
-		}
-		return 0, false
-	}
+	// Each resource's window against capacity over its write rate: the
+	// events the test's own watch of the resource received in the window
+	// (every writer's, the exporter's and the apiserver's included), each
+	// stamped when it arrived, over the window. No counter sampled every few
+	// seconds and interpolated: on a busy machine its reads take seconds and
+	// its rate wobbled by more than 1% at a steady 10 writes/s.
 	for _, r := range watched {
 		checked := 0
 		for _, s := range samples {
@@ -234,18 +216,15 @@ func TestEveryResourceWindow(t *testing.T) {
 				t.Errorf("%s at %s: window %v s, want a positive number", r, s.at.Sub(start).Round(time.Second), s.window[r])
 				continue
 			}
-			before, ok := eventsAt(r, readAt(s, r).Add(-time.Duration(s.window[r]*float64(time.Second))))
-			if !ok {
-				continue
-			}
-			rate := (s.events[r] - before) / s.window[r]
+			n := received[r].Count(s.at.Add(-time.Duration(s.window[r]*float64(time.Second))), s.at)
+			rate := float64(n) / s.window[r]
 			want := s.capacity[r] / rate
 			tolerance := 0.02
 			if r == "configmaps" {
 				tolerance = 0.01
 			}
-			msg := fmt.Sprintf("%s at %s: window %.2f s, capacity %v / %.2f events/s = %.2f s (lower bound %v, cache %v)",
-				r, s.at.Sub(start).Round(time.Second), s.window[r], s.capacity[r], rate, want, s.lower[r], s.cacheOn[r])
+			msg := fmt.Sprintf("%s at %s: window %.2f s, capacity %v / %.2f events/s (%d received in it) = %.2f s (lower bound %v, cache %v)",
+				r, s.at.Sub(start).Round(time.Second), s.window[r], s.capacity[r], rate, n, want, s.lower[r], s.cacheOn[r])
 			if math.Abs(s.window[r]-want) > tolerance*want || s.lower[r] != 0 || s.cacheOn[r] != 1 {
 				t.Error(msg)
 			} else {
@@ -430,7 +409,11 @@ func TestResourcesAtStart(t *testing.T) {
 		}
 	}
 	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0", "--resources=all", "--resources.interval=2s")
-	exp.WaitFor(t, time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
+	// A window needs two rounds (the first object count places each
+	// resource's clock), each stretched to the default budget of 5
+	// requests/s: given a minute more than that, as a busy machine takes.
+	ivl := resources.Pace{Interval: 2 * time.Second, Budget: 5}.For(len(want))
+	exp.WaitFor(t, 2*ivl+time.Minute, "every resource's window", func(m exportertest.Metrics) bool {
 		got := map[string]bool{}
 		finite := 0
 		var none []string
