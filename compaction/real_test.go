@@ -97,8 +97,11 @@ func TestListHorizon(t *testing.T) {
 	})
 
 	look := func() sample {
+		// Timed by the scrape, not by the etcd reads after it, which take
+		// seconds on a busy machine.
+		t0 := time.Now()
 		m := exp.Scrape(t)
-		s := sample{at: time.Now(), etcd: etcdRevision(t, c.EtcdMetrics), eventsEtcd: etcdRevision(t, c.EventsEtcdMetrics)}
+		s := sample{at: t0.Add(time.Since(t0) / 2), etcd: etcdRevision(t, c.EtcdMetrics), eventsEtcd: etcdRevision(t, c.EventsEtcdMetrics)}
 		get := func(name, resource string) float64 {
 			v, err := m.Get("watchcache_"+name, "resource", resource)
 			if err != nil {
@@ -202,7 +205,7 @@ func TestListHorizon(t *testing.T) {
 	if err := c.APIServer().RestartWith(ctx, "--etcd-compaction-interval=0"); err != nil {
 		t.Fatal(err)
 	}
-	stopAt := last.lastCM + 3*last.intervalCM + 75 // the alert's 3 intervals, its 1m for, and a scrape
+	stopAt := last.lastCM + 3*last.intervalCM + 85 // the alert's 3 intervals, its 1m for, two evaluations and a scrape
 	for float64(time.Now().Unix()) < stopAt || time.Since(off) < 2*interval {
 		time.Sleep(time.Second)
 		samples = append(samples, look())
@@ -300,18 +303,26 @@ func values(samples []sample, f func(sample) float64) []float64 {
 }
 
 // checkStoppedAlert runs WatchCacheEtcdCompactionStopped on the series this
-// run scraped, one sample every 5 s, their timestamps moved to promtool's
-// clock: quiet while etcd compacted, firing for both etcds at the end.
+// run scraped, as a scrape every 5 s of the run's clock would have read them
+// (the newest sample at each step: the samples are further apart than a
+// second on a busy machine, and one every 5 s of them would squeeze the
+// run into less of promtool's time than it took), their timestamps moved
+// to promtool's clock: quiet while etcd compacted, firing for both etcds at
+// the end.
 func checkStoppedAlert(t *testing.T, on, off []sample) {
 	t.Helper()
 	all := append(slices.Clone(on), off...)
 	t0 := all[0].at
 	const step = 5 * time.Second
 	var picked []sample
-	for _, s := range all {
-		if len(picked) == 0 || s.at.Sub(picked[len(picked)-1].at) >= step-500*time.Millisecond {
-			picked = append(picked, s)
-		}
+	for at := t0; !at.After(all[len(all)-1].at); at = at.Add(step) {
+		newest, _ := slices.BinarySearchFunc(all, at, func(s sample, at time.Time) int {
+			if s.at.After(at) {
+				return 1
+			}
+			return -1
+		})
+		picked = append(picked, all[newest-1])
 	}
 	series := func(name, resource string, f func(sample) float64, shift bool) string {
 		vals := make([]string, len(picked))
@@ -335,7 +346,7 @@ func checkStoppedAlert(t *testing.T, on, off []sample) {
 	in.WriteString(series("watchcache_compaction_interval_seconds", "configmaps", func(s sample) float64 { return s.intervalCM }, false))
 	in.WriteString(series("watchcache_compaction_interval_seconds", "events", func(s sample) float64 { return s.intervalEv }, false))
 	// Evaluated at the last sample taken with compaction on, and at the end.
-	evalOn := time.Duration(slices.IndexFunc(picked, func(s sample) bool { return !s.at.Before(off[0].at) })-1) * step
+	evalOn := (off[0].at.Sub(t0) - time.Nanosecond) / step * step // the last step before compaction was off
 	evalEnd := time.Duration(len(picked)-1) * step
 	firing := func(resource string) string {
 		return fmt.Sprintf("          - labels: 'ALERTS{alertname=\"WatchCacheEtcdCompactionStopped\",alertstate=\"firing\",job=\"watchcache-exporter\",resource=\"%s\",severity=\"warning\"}'\n            value: 1\n", resource)

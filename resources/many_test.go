@@ -163,12 +163,9 @@ func TestManyResources(t *testing.T) {
 		return n == crds // one deleted, one added
 	})
 	t.Logf("every CRD measured again %s after the restart began", time.Since(t3).Round(time.Second))
-	time.Sleep(2 * time.Second) // answers in flight
-	m1 := exp.Scrape(t)
-	apiserver429 := crdRequests(t, c, "429") // since its restart
 	// The exporter's count of the group's failed requests of a reason, grown
 	// since before the restart.
-	errs := func(reason string) float64 {
+	errs := func(now exportertest.Metrics, reason string) float64 {
 		sum := func(m exportertest.Metrics) (n float64) {
 			for _, f := range []string{"watchcache_resource_probe_errors_total", "watchcache_resource_objects_errors_total"} {
 				for _, x := range m[f].GetMetric() {
@@ -179,9 +176,20 @@ func TestManyResources(t *testing.T) {
 			}
 			return n
 		}
-		return sum(m1) - sum(m0)
+		return sum(now) - sum(m0)
 	}
-	initializing := errs("CacheInitializing")
+	// A round's answers are recorded when the whole round ends, so answers
+	// may be in flight: the two counts are compared once they agree or two
+	// intervals have passed, whichever comes first.
+	var m1 exportertest.Metrics
+	var apiserver429 float64 // since its restart
+	for deadline := time.Now().Add(2 * ivl); ; time.Sleep(time.Second) {
+		m1, apiserver429 = exp.Scrape(t), crdRequests(t, c, "429")
+		if errs(m1, "CacheInitializing") == apiserver429 || time.Now().After(deadline) {
+			break
+		}
+	}
+	initializing := errs(m1, "CacheInitializing")
 	t.Logf("after a restart with %d objects in %s: the apiserver answered %v requests of the CRDs' group with 429; the exporter counted %v as CacheInitializing",
 		objects, big.Resource, apiserver429, initializing)
 	if apiserver429 == 0 {
@@ -190,10 +198,10 @@ func TestManyResources(t *testing.T) {
 	if initializing != apiserver429 {
 		t.Errorf("the exporter counted %v answers as CacheInitializing, the apiserver answered %v with 429", initializing, apiserver429)
 	}
-	if n := errs("TooManyRequests"); n != 0 {
+	if n := errs(m1, "TooManyRequests"); n != 0 {
 		t.Errorf("%v answers of an initialising cache counted as TooManyRequests, want 0", n)
 	}
-	t.Logf("%v requests failed while the apiserver was down (reason Unknown)", errs("Unknown"))
+	t.Logf("%v requests failed while the apiserver was down (reason Unknown)", errs(m1, "Unknown"))
 }
 
 func plural(i int) string { return fmt.Sprintf("widget%03ds", i) }

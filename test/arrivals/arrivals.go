@@ -23,14 +23,20 @@ import (
 
 // Log holds the times at which the watch received each event, in order.
 type Log struct {
+	t  *testing.T
 	mu sync.Mutex
 	at []time.Time
+	// ended: when the watch's RV was refused (an apiserver restart rebuilds
+	// its cache), so that later writes are not counted; endErr says why.
+	ended  time.Time
+	endErr error
 }
 
 // Watch watches every object of r, across all namespaces, from its current
 // RV until the test ends, resuming from the last RV it got when the
-// apiserver closes the watch, so that it misses no event. The test fails if
-// the watch ends early (its RV refused).
+// apiserver closes the watch, so that it misses no event. Once its RV is
+// refused (the apiserver restarted), it counts no more: a Count that reaches
+// past then fails the test.
 func Watch(t *testing.T, r dynamic.NamespaceableResourceInterface) *Log {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -46,7 +52,7 @@ func Watch(t *testing.T, r dynamic.NamespaceableResourceInterface) *Log {
 		cancel()
 		t.Fatal(err)
 	}
-	log := &Log{}
+	log := &Log{t: t}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -57,9 +63,11 @@ func Watch(t *testing.T, r dynamic.NamespaceableResourceInterface) *Log {
 				log.at = append(log.at, time.Now())
 				log.mu.Unlock()
 			case watch.Error:
-				if ctx.Err() == nil {
-					t.Errorf("the test's watch ended: %v", apierrors.FromObject(ev.Object))
+				log.mu.Lock()
+				if log.ended.IsZero() {
+					log.ended, log.endErr = time.Now(), apierrors.FromObject(ev.Object)
 				}
+				log.mu.Unlock()
 			}
 		}
 	}()
@@ -71,6 +79,9 @@ func Watch(t *testing.T, r dynamic.NamespaceableResourceInterface) *Log {
 func (l *Log) Count(from, to time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.ended.IsZero() && to.After(l.ended) {
+		l.t.Errorf("the test's watch ended at %s (%v): no count up to %s", l.ended.Format(time.TimeOnly), l.endErr, to.Format(time.TimeOnly))
+	}
 	return l.after(to) - l.after(from)
 }
 
