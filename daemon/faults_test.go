@@ -23,8 +23,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -428,7 +426,7 @@ func TestFaults(t *testing.T) {
 			return m.Value(t, "watchcache_exporter_leader") == 1 && m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
 		})
 		// Every ConfigMap write, as the test's own watch receives it.
-		configMapEvents := arrivals.Watch(t, dynamic.NewForConfigOrDie(c.AdminConfig()).Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}))
+		configMapEvents := arrivals.ConfigMaps(t, c.AdminConfig())
 		standby := exportertest.StartReady(t, sa, args...)
 		time.Sleep(5 * time.Second)
 		m := standby.Scrape(t)

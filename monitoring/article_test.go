@@ -10,8 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -123,7 +121,7 @@ func TestArticleOnRealPrometheus(t *testing.T) {
 	const rate = 85
 	// Every ConfigMap write, the exporter's and any other, as the test's
 	// own watch receives it: the rate that fills the cache during the cycle.
-	configMapEvents := arrivals.Watch(t, dynamic.NewForConfigOrDie(c.AdminConfig()).Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}))
+	configMapEvents := arrivals.ConfigMaps(t, c.AdminConfig())
 	e := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, fmt.Sprintf("--load.rate=%d", rate), resourcesFlags[0], resourcesFlags[1])
 	proms := startPrometheus(t, c, e.Addr)
 	start := time.Now()

@@ -13,8 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
@@ -72,7 +70,7 @@ func TestWindowAgainstRate(t *testing.T) {
 		sched = append(sched, fmt.Sprintf("%v:%s", s.rate, s.dur))
 	}
 	// Every ConfigMap write, as the test's own watch receives it.
-	configMapEvents := arrivals.Watch(t, dynamic.NewForConfigOrDie(c.AdminConfig()).Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}))
+	configMapEvents := arrivals.ConfigMaps(t, c.AdminConfig())
 	loaded := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS,
 		"--apiservers="+list, "--load.schedule="+strings.Join(sched, ","))
 	passive := exportertest.StartReady(t, c.AdminConfig(), "--namespace="+testNS, "--load.rate=0",

@@ -15,8 +15,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 )
@@ -73,6 +75,13 @@ func Watch(t *testing.T, r dynamic.NamespaceableResourceInterface) *Log {
 	}()
 	t.Cleanup(func() { cancel(); w.Stop(); <-done })
 	return log
+}
+
+// ConfigMaps watches every ConfigMap of the cluster that cfg reaches, as
+// Watch does: the writes that fill the ConfigMaps' watch cache.
+func ConfigMaps(t *testing.T, cfg *rest.Config) *Log {
+	t.Helper()
+	return Watch(t, dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}))
 }
 
 // Count is the number of events received in (from, to].
