@@ -15,8 +15,9 @@ const PluginName = "kubectl-watchcache"
 const pluginUsage = `Usage: kubectl watchcache experiment [flags]
 
 Measures how long the kube-apiserver's watch cache keeps a resourceVersion
-on the cluster of the current kubeconfig, in one run that cleans up after
-itself. See kubectl watchcache experiment --help.
+on the cluster of the kubeconfig's current context (or --context), in the
+context's namespace (or -n), in one run that cleans up after itself. See
+kubectl watchcache experiment --help.
 
 The same binary, run as watchcache-exporter, is the Prometheus exporter.
 `

@@ -23,11 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/version"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
@@ -124,7 +124,7 @@ func (p *parts) stopDeadline(share float64) time.Time {
 
 // build connects, checks RBAC and builds every part; it runs nothing.
 func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logger) (*parts, error) {
-	restCfg, err := restConfig(cfg.kubeconfig)
+	restCfg, err := restConfig(cfg.kubeconfig, cfg.context)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +185,15 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 	reg, pageReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	regs := status.Tee(reg, pageReg)
 	p.store = owned.NewStore(cfg.namespace, cfg.quietName, regs, log.WithName("owned"), time.Now)
+	var ownerRefs []metav1.OwnerReference
+	switch ref, err := owned.ServiceAccountOwner(startCtx, measure.RESTClient(), cfg.namespace); {
+	case err != nil:
+		log.Info("objects get no owner: deleting the ServiceAccount will not delete what a killed exporter left", "err", err.Error())
+	case ref != nil:
+		p.store.OwnedBy(*ref)
+		ownerRefs = []metav1.OwnerReference{*ref}
+		log.Info("objects owned by the exporter's ServiceAccount: deleting it (helm uninstall) has the garbage collector delete them", "serviceAccount", cfg.namespace+"/"+ref.Name)
+	}
 	// The check of up to 1001 names at start, unthrottled but 8 at a time.
 	checkCfg := rest.CopyConfig(restCfg)
 	checkCfg.QPS = -1
@@ -193,7 +202,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		return nil, err
 	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
-		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }},
+		StopDeadline: func() time.Time { return p.stopDeadline(httpStopShare) }, OwnerReferences: ownerRefs},
 		measure, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
@@ -466,17 +475,15 @@ func serverVersion(ctx context.Context, c rest.Interface) (*apiversion.Info, err
 	return &info, nil
 }
 
-// restConfig loads --kubeconfig, or else the in-cluster config, or else the
-// usual kubeconfig rules.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
+// restConfig loads --kubeconfig at --context; with neither, the in-cluster
+// config, or else the usual kubeconfig rules.
+func restConfig(path, context string) (*rest.Config, error) {
+	if path == "" && context == "" {
 		if c, err := rest.InClusterConfig(); err == nil {
 			return c, nil
 		}
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	c, err := kubeClientConfig(path, context).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}

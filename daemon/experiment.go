@@ -58,11 +58,11 @@ func newExperimentFlagSet(c *config, x *experimentFlags, stderr io.Writer) *pfla
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: watchcache-exporter experiment [flags]   (or: kubectl watchcache experiment [flags])
 
-The article's experiment on the cluster of the current kubeconfig: it creates
-its marked ConfigMaps in --namespace, writes the load, keeps a plain and a
-bookmark watcher open on the quiet ConfigMap, and reconnects from its stale
-resourceVersion every --probe.interval until the apiserver refuses it with
-410. Then it reconnects from the latest BOOKMARK, relists, deletes what it
+The article's experiment on the cluster of the kubeconfig's current context
+(or --context): it creates its marked ConfigMaps in --namespace (default: the
+context's), writes the load, keeps a plain and a bookmark watcher open on the
+quiet ConfigMap, and reconnects from its stale resourceVersion every
+--probe.interval until the apiserver refuses it with 410. Then it reconnects from the latest BOOKMARK, relists, deletes what it
 made, and prints what it saw beside what the apiserver's sizing rules
 predict. Ctrl-C stops it at any point, deleting what it made.
 

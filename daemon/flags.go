@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/watchcache/watchcache-exporter/apiservers"
 	"github.com/watchcache/watchcache-exporter/collector"
@@ -24,6 +26,7 @@ import (
 // config is everything the command line sets.
 type config struct {
 	kubeconfig    string
+	context       string
 	namespace     string
 	quietName     string
 	noisePrefix   string
@@ -78,6 +81,9 @@ func (c *config) parse(fs *pflag.FlagSet, args []string) error {
 		return fmt.Errorf("unexpected argument %q: this command takes only flags", fs.Arg(0))
 	}
 	var errs []error
+	if err := c.resolveKubeconfig(fs.Changed("namespace")); err != nil {
+		errs = append(errs, err)
+	}
 	c.schedule = load.Constant(c.loadRate)
 	if c.loadSchedule != "" {
 		if fs.Changed("load.rate") {
@@ -267,6 +273,38 @@ func defaultNamespace() string {
 	return "default"
 }
 
+// kubeClientConfig reads the kubeconfig as kubectl does: path, else
+// $KUBECONFIG, else ~/.kube/config, at context or else its current context.
+func kubeClientConfig(path, context string) clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
+}
+
+// resolveKubeconfig checks --context and, unless --namespace or
+// $POD_NAMESPACE set it, takes the namespace of the kubeconfig's context (in
+// a pod without a kubeconfig, the pod's own), as kubectl does: so that
+// `kubectl watchcache experiment` writes where `kubectl get cm` reads.
+func (c *config) resolveKubeconfig(namespaceSet bool) error {
+	if c.context != "" {
+		raw, err := kubeClientConfig(c.kubeconfig, "").RawConfig()
+		if err != nil {
+			return fmt.Errorf("--context=%q: %w", c.context, err)
+		}
+		if raw.Contexts[c.context] == nil {
+			return fmt.Errorf("--context=%q: no such context in the kubeconfig (it has: %s)", c.context, strings.Join(slices.Sorted(maps.Keys(raw.Contexts)), ", "))
+		}
+	}
+	if namespaceSet || os.Getenv("POD_NAMESPACE") != "" {
+		return nil
+	}
+	// No kubeconfig at all is not an error here: connecting says so.
+	if ns, _, err := kubeClientConfig(c.kubeconfig, c.context).Namespace(); err == nil && ns != "" {
+		c.namespace = ns
+	}
+	return nil
+}
+
 func (c config) loadConfig() load.Config {
 	return load.Config{
 		Namespace: c.namespace,
@@ -283,7 +321,8 @@ func newFlagSet(c *config, stderr io.Writer) *pflag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: in-cluster config, then the usual kubeconfig rules ($KUBECONFIG, ~/.kube/config).")
-	fs.StringVar(&c.namespace, "namespace", defaultNamespace(), "Namespace of the exporter's ConfigMaps. Default: $POD_NAMESPACE, then default.")
+	fs.StringVar(&c.context, "context", "", "The kubeconfig context to use. Default: its current context.")
+	fs.StringVarP(&c.namespace, "namespace", "n", defaultNamespace(), "Namespace of the exporter's ConfigMaps and Lease. Default: $POD_NAMESPACE, then the kubeconfig context's namespace (in a pod, its own), then default.")
 	fs.StringVar(&c.quietName, "quiet.name", "watchcache-quiet", "Name of the quiet ConfigMap that the watchers watch and the expiry cycles touch.")
 	fs.StringVar(&c.noisePrefix, "noise.prefix", "watchcache-noise-", "Name prefix of the noise ConfigMaps (<prefix>0, <prefix>1, ...).")
 	fs.Float64Var(&c.loadRate, "load.rate", 10, "Noise writes per second; 0 is passive mode: no load, measurement only.")
@@ -311,7 +350,7 @@ func newFlagSet(c *config, stderr io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&c.version, "version", false, "Print version information and exit.")
 	// Defaults read from the environment, as the docs give them.
 	_ = fs.SetAnnotation("kubeconfig", docDefault, []string{"in-cluster, then `$KUBECONFIG`, `~/.kube/config`"})
-	_ = fs.SetAnnotation("namespace", docDefault, []string{"`$POD_NAMESPACE`, then `default`"})
+	_ = fs.SetAnnotation("namespace", docDefault, []string{"`$POD_NAMESPACE`, then the context's, then `default`"})
 	return fs
 }
 

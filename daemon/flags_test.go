@@ -4,6 +4,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -90,6 +91,77 @@ func TestParseFlags(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestKubeconfigContext: --context picks a context of the kubeconfig, and the
+// namespace follows kubectl's: the flag, else the context's, else default;
+// $POD_NAMESPACE (the Deployment's) comes before the context.
+func TestKubeconfigContext(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+current-context: team
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+- name: c2
+  cluster: {server: "https://127.0.0.2:2"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: team
+  context: {cluster: c, user: u, namespace: team-a}
+- name: other
+  context: {cluster: c2, user: u, namespace: team-b}
+- name: bare
+  context: {cluster: c, user: u}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("POD_NAMESPACE", "")
+	for _, tc := range []struct {
+		args    []string
+		env     string // $POD_NAMESPACE
+		wantNS  string
+		wantErr string
+	}{
+		{wantNS: "team-a"},
+		{args: []string{"--context=other"}, wantNS: "team-b"},
+		{args: []string{"--context=bare"}, wantNS: "default"},
+		{args: []string{"--context=other", "-n", "mine"}, wantNS: "mine"},
+		{args: []string{"--namespace=mine"}, wantNS: "mine"},
+		{env: "pod-ns", wantNS: "pod-ns"},
+		{args: []string{"--context=nope"}, wantErr: `--context="nope": no such context in the kubeconfig (it has: bare, other, team)`},
+		{args: []string{"--context=nope", "-n", "mine"}, wantErr: `--context="nope"`},
+	} {
+		t.Run(strings.Join(append(tc.args, tc.env), " "), func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", tc.env)
+			c, err := parseFlags(append([]string{"--kubeconfig=" + kubeconfig}, tc.args...), io.Discard)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case c.namespace != tc.wantNS:
+				t.Errorf("namespace %q, want %q", c.namespace, tc.wantNS)
+			}
+		})
+	}
+	// The connection follows the context too.
+	c, err := parseFlags([]string{"--kubeconfig=" + kubeconfig, "--context=other"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := restConfig(c.kubeconfig, c.context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.BearerToken != "t" || rc.Host != "https://127.0.0.2:2" {
+		t.Errorf("rest config host %q token %q, want context other's", rc.Host, rc.BearerToken)
 	}
 }
 

@@ -28,6 +28,13 @@ import (
 
 const chartDir = "../charts/watchcache-exporter"
 
+// The image the tests install, in the chart's values and kustomize's
+// images: no default is published, so each install names one.
+const (
+	testRepository = "registry.example/team/watchcache-exporter"
+	testTag        = "v0.0.0-test"
+)
+
 // chartCases are the chart's settings and the kustomize components that
 // give the same objects.
 var chartCases = []struct {
@@ -81,7 +88,11 @@ func renderRelease(t *testing.T, name, namespace, values string) ([]*unstructure
 	install.ReleaseName = name
 	install.Namespace = namespace
 	install.KubeVersion = kubeVersion(t)
-	rel, err := install.Run(chrt, parseValues(t, values))
+	vals := parseValues(t, values)
+	if _, ok := vals["image"]; !ok {
+		vals["image"] = map[string]any{"repository": testRepository, "tag": testTag}
+	}
+	rel, err := install.Run(chrt, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +247,23 @@ func ruleNames(rules []rbacv1.PolicyRule) []string {
 
 // TestChartValuesSchema: values.schema.json refuses bad values, naming the
 // value.
+// TestNoDefaultImage: no public registry serves the image, so neither the
+// chart nor deploy/ names one there. The chart refuses to install without
+// one, saying how to build and push it; deploy/base names the bare image
+// that an overlay's images: replaces.
+func TestNoDefaultImage(t *testing.T) {
+	for _, values := range []string{"image: {}", "image: {repository: \"\"}", "image: {tag: v1}"} {
+		_, err := renderChart(t, values)
+		if err == nil || !strings.Contains(err.Error(), "image.repository: set the exporter's image") || !strings.Contains(err.Error(), "make push") {
+			t.Errorf("values %q: error %v, want one that asks for image.repository and says how to push one", values, err)
+		}
+	}
+	d := find[appsv1.Deployment](t, kustomize(t, "base"), "Deployment")
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != "watchcache-exporter" {
+		t.Errorf("deploy/base's image is %q, want the bare watchcache-exporter that images: replaces", got)
+	}
+}
+
 func TestChartValuesSchema(t *testing.T) {
 	for _, tc := range []struct{ values, want string }{
 		{"exporter: {loadObjects: 0}", "loadObjects"},

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/watchcache/watchcache-exporter/test/e2e"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -52,7 +53,8 @@ func renderIn(t *testing.T, namespace string, comps ...string) []*unstructured.U
 	if err := os.CopyFS(dir, os.DirFS(".")); err != nil {
 		t.Fatal(err)
 	}
-	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\n"
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../base]\n" +
+		"images: [{name: watchcache-exporter, newName: " + testRepository + ", newTag: " + testTag + "}]\n"
 	if namespace != "" {
 		overlay += "namespace: " + namespace + "\n"
 	}
@@ -258,6 +260,7 @@ func TestDeploy(t *testing.T) {
 			if errs := m.Samples("watchcache_exporter_api_errors_total", "operation"); len(errs) > 0 {
 				t.Errorf("args %v: API errors under deploy's RBAC: %v", mode, errs)
 			}
+			e2e.OwnedByServiceAccount(t, cs, ns, "watchcache-exporter")
 			if !slices.Contains(mode, "--load.rate=0") && metric(m, "watchcache_load_writes_total", "result", "ok") <= 0 {
 				t.Errorf("args %v: no load written", mode)
 			}

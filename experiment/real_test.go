@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/watchcache/watchcache-exporter/experiment"
@@ -63,8 +65,25 @@ func TestExperiment(t *testing.T) {
 
 	t.Run("report", func(t *testing.T) {
 		ns := namespace("experiment")
+		// The user's kubeconfig as kubectl reads it, from $KUBECONFIG: its
+		// current context is another cluster; --context picks this one, and
+		// the run must write in that context's namespace, as kubectl would.
+		kc, err := clientcmd.LoadFromFile(kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc.Contexts["this"] = kc.Contexts[kc.CurrentContext].DeepCopy()
+		kc.Contexts["this"].Namespace = ns
+		kc.Clusters["elsewhere"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+		kc.Contexts["elsewhere"] = &clientcmdapi.Context{Cluster: "elsewhere", AuthInfo: kc.Contexts["this"].AuthInfo, Namespace: "default"}
+		kc.CurrentContext = "elsewhere"
+		userConfig := filepath.Join(t.TempDir(), "config")
+		if err := clientcmd.WriteToFile(*kc, userConfig); err != nil {
+			t.Fatal(err)
+		}
 		var stdout, stderr bytes.Buffer
-		cmd := plugin(ctx, "--namespace="+ns, "--load.rate=85", "--output=json", "--timeout=5m")
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "watchcache", "experiment", "--context=this", "--load.rate=85", "--output=json", "--timeout=5m")
+		cmd.Env = append(os.Environ(), "PATH="+exportertest.PluginPath(t), exportertest.ChildEnv, "KUBECONFIG="+userConfig)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		if err := cmd.Run(); err != nil {
@@ -82,6 +101,9 @@ func TestExperiment(t *testing.T) {
 		capacity, err := testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.Namespace != ns {
+			t.Errorf("the report's namespace is %q, want the context's %q", r.Namespace, ns)
 		}
 		if len(r.APIServers) != 1 || len(r.APIServers[0].Cycles) != 1 || r.TimedOut {
 			t.Fatalf("want one apiserver with one cycle, not timed out: %s", stdout.String())

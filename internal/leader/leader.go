@@ -49,6 +49,8 @@ type Config struct {
 	// StopDeadline is when a shutdown's deletion of the Lease must be done
 	// by; nil: RenewDeadline after it begins.
 	StopDeadline func() time.Time
+	// OwnerReferences of a Lease this Elector creates (owned.ServiceAccountOwner).
+	OwnerReferences []metav1.OwnerReference
 }
 
 // Identity is this process's name in the Lease: the pod's name (or the

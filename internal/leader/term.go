@@ -85,7 +85,7 @@ func (t *term) tryAcquireOrRenew(ctx context.Context) bool {
 	switch {
 	case apierrors.IsNotFound(err):
 		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: t.e.cfg.Namespace, Name: t.e.cfg.Name,
-			Labels: map[string]string{owned.ManagedByLabel: owned.ManagedBy}}}
+			Labels: map[string]string{owned.ManagedByLabel: owned.ManagedBy}, OwnerReferences: t.e.cfg.OwnerReferences}}
 		if l, err = leases.Create(ctx, t.spec(l, now), metav1.CreateOptions{}); err != nil {
 			return false
 		}

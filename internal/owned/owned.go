@@ -65,8 +65,9 @@ type Store struct {
 	log       logr.Logger
 	now       func() time.Time
 	lostGauge prometheus.Gauge
-	jsonPatch []byte   // the tests of the noise patch, up to its value
-	patchURLs sync.Map // name -> the URL of its patch (string)
+	jsonPatch []byte                  // the tests of the noise patch, up to its value
+	refs      []metav1.OwnerReference // of the objects created; see OwnedBy
+	patchURLs sync.Map                // name -> the URL of its patch (string)
 
 	mu   sync.Mutex
 	lost map[string]time.Time // name -> when last checked
@@ -96,9 +97,10 @@ func (s *Store) Owns(cm *corev1.ConfigMap) bool {
 func (s *Store) newConfigMap(name, role string) *corev1.ConfigMap {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: s.ns,
-			Labels:    map[string]string{ManagedByLabel: ManagedBy, ComponentLabel: role},
+			Name:            name,
+			Namespace:       s.ns,
+			OwnerReferences: s.refs,
+			Labels:          map[string]string{ManagedByLabel: ManagedBy, ComponentLabel: role},
 			Annotations: map[string]string{
 				OwnerAnnotation:               s.owner,
 				"watchcache-exporter/purpose": "Written by watchcache-exporter to measure the kube-apiserver watch cache; deleted when it stops.",

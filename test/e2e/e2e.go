@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func Overlay(t *testing.T, tag string, components ...string) string {
 		Resources: []string{rel("base")},
 		// The marshaller quotes what YAML would misread, such as a tag
 		// of digits only (a short hash from `git describe`).
-		Images: []types.Image{{Name: "ghcr.io/watchcache/watchcache-exporter", NewTag: tag}},
+		Images: []types.Image{{Name: "watchcache-exporter", NewName: "ghcr.io/watchcache/watchcache-exporter", NewTag: tag}},
 	}
 	for _, c := range components {
 		k.Components = append(k.Components, rel(filepath.Join("components", c)))
@@ -333,6 +334,15 @@ func (c Cluster) Delete(t *testing.T, overlay string) {
 		}
 		time.Sleep(time.Second)
 	}
+	for _, o := range c.Leftovers(t, Marks, PartOf) {
+		t.Errorf("left after kubectl delete -k: %s", o)
+	}
+}
+
+// Leftovers searches every resource that can be listed, in every namespace,
+// for objects with any of the label selectors, and names them.
+func (c Cluster) Leftovers(t *testing.T, selectors ...string) []string {
+	t.Helper()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.WarningHandler = rest.NoWarnings{} // deprecated kinds, listed too
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -348,6 +358,7 @@ func (c Cluster) Delete(t *testing.T, overlay string) {
 		t.Fatal(err)
 	}
 	searched := 0
+	var left []string
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -358,17 +369,50 @@ func (c Cluster) Delete(t *testing.T, overlay string) {
 				continue
 			}
 			searched++
-			for _, sel := range []string{Marks, PartOf} {
+			for _, sel := range selectors {
 				res, err := dyn.Resource(gv.WithResource(r.Name)).List(t.Context(), metav1.ListOptions{LabelSelector: sel})
 				if err != nil {
 					t.Errorf("list %s %s: %v", r.Name, gv, err)
 					continue
 				}
 				for _, o := range res.Items {
-					t.Errorf("left after kubectl delete -k: %s %s/%s (%s)", r.Kind, o.GetNamespace(), o.GetName(), sel)
+					left = append(left, fmt.Sprintf("%s %s/%s (%s)", r.Kind, o.GetNamespace(), o.GetName(), sel))
 				}
 			}
 		}
 	}
-	t.Logf("kubectl delete -k: nothing labelled %s or %s left in %d resources", Marks, PartOf, searched)
+	t.Logf("%d objects labelled %s in %d resources", len(left), strings.Join(selectors, " or "), searched)
+	return left
+}
+
+// OwnedByServiceAccount checks that the exporter's ConfigMaps and Lease in
+// ns are owned by its ServiceAccount sa, so that deleting sa (helm
+// uninstall) has the garbage collector delete them.
+func OwnedByServiceAccount(t *testing.T, cs kubernetes.Interface, ns, sa string) {
+	t.Helper()
+	acct, err := cs.CoreV1().ServiceAccounts(ns).Get(t.Context(), sa, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa, UID: acct.UID}}
+	cms, err := cs.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: Marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := cs.CoordinationV1().Leases(ns).List(t.Context(), metav1.ListOptions{LabelSelector: Marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) < 1 || len(leases.Items) != 1 {
+		t.Fatalf("%d ConfigMaps and %d Leases of the exporter's in %s, want the quiet one at least and one Lease", len(cms.Items), len(leases.Items), ns)
+	}
+	metas := []metav1.ObjectMeta{leases.Items[0].ObjectMeta}
+	for _, cm := range cms.Items {
+		metas = append(metas, cm.ObjectMeta)
+	}
+	for _, m := range metas {
+		if !reflect.DeepEqual(m.OwnerReferences, want) {
+			t.Errorf("%s/%s: owner references %+v, want %+v", ns, m.Name, m.OwnerReferences, want)
+		}
+	}
 }
