@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build plugin plugin-dist image kube-bin node-bin e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
+.PHONY: all build plugin plugin-dist image kube-bin node-bin kind-image e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
 
 all: build
 
@@ -99,6 +99,16 @@ node-bin:
 	./hack/kube/build.sh --node
 	./hack/node/build.sh
 
+# The kind node image of the pinned Kubernetes, built here without any
+# registry (hack/kind/node-image.sh says what it holds) into podman's image
+# store, its name in bin/kind-node-image; rebuilt only when the recipe or a
+# pinned version changes. Installs podman and mmdebstrap first (as root).
+kind-image: kube-bin node-bin bin/image-tool bin/pause
+	./hack/kind/host.sh
+	./hack/kube/build.sh --kind
+	./hack/kind/bin.sh
+	./hack/kind/node-image.sh > bin/kind-node-image.tmp && mv bin/kind-node-image.tmp bin/kind-node-image
+
 # What the end-to-end run adds: a Prometheus built from its module with
 # Kubernetes service discovery (Debian's has none), and the ServiceMonitor
 # and PrometheusRule CRDs generated from the prometheus-operator API module.
@@ -132,13 +142,12 @@ fmt-check:
 
 # Vet in the flavour the tests build (-race, cgo), so that the packages vet
 # compiles are the ones go test then takes from the build cache, instead of a
-# second compile of Kubernetes, Helm, kustomize and Prometheus. The kind and
-# versions tests, which make test does not run, are vetted (so compiled) too.
+# second compile of Kubernetes, Helm, kustomize and Prometheus. The versions
+# test, which make test does not run, is vetted (so compiled) too.
 # hack/lowprio runs the compiler, linker and vet below everything else.
 LOWPRIO := -toolexec=$(CURDIR)/hack/lowprio
 vet:
 	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) ./...
-	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) -tags kind ./test/kind/
 	CGO_ENABLED=1 $(GO) vet -race $(LOWPRIO) -tags versions ./test/versions/
 	cd hack/image && $(GO) vet ./...
 
@@ -161,7 +170,7 @@ test-unit: $(GOTESTSUM)
 # per package and counts the waits for slots. The JSON of the run is kept in
 # bin/test.json; the 15 slowest tests are printed at the end.
 TEST_P ?= 6
-test: kube-bin node-bin e2e-bin image prometheus chromium fmt-check vet $(GOTESTSUM)
+test: kube-bin node-bin kind-image e2e-bin image prometheus chromium fmt-check vet $(GOTESTSUM)
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GOTESTSUM) --jsonfile bin/test.json --format pkgname-and-test-fails \
 		-- -race $(LOWPRIO) -vet=off -count=1 -p $(TEST_P) -timeout 30m ./... ; rc=$$?; \
 	echo "The 15 slowest tests (bin/test.json):"; $(GOTESTSUM) tool slowest --jsonfile bin/test.json --threshold 1ms | head -n 15; \
@@ -185,10 +194,11 @@ test-versions: kube-bin
 e2e: kube-bin node-bin e2e-bin image
 	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/e2e/
 
-# Needs a Docker engine: builds the image, creates a kind cluster, applies
-# deploy/, checks a first BOOKMARK through a port-forward, deletes the cluster.
-kind-e2e:
-	$(GO) test -tags kind -count=1 -v -timeout 20m ./test/kind/
+# The operator's path on a kind cluster of the node image (podman, no
+# Docker): image load, Helm install and uninstall, the kubectl plugin on the
+# cluster's context; also part of make test.
+kind-e2e: kind-image image
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/kind/
 
 # Load accuracy and cost (against the article's kubectl loops), client-side
 # ceiling, footprint, precision, a 30-minute soak and the cost of --resources=all:

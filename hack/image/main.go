@@ -1,6 +1,7 @@
 // Command image builds an OCI image from one static binary, without a
-// container engine: one layer that holds the binary, and a config with the
-// user, entrypoint, ports and labels given. It writes a docker-save style
+// container engine: one layer that holds the binary (and, with -dir, a
+// folder's tree beside it), and a config with the user, entrypoint, ports
+// and labels given. It writes a docker-save style
 // archive that `ctr images import`, `kind load image-archive`, `podman load`
 // and `docker load` all accept.
 //
@@ -19,7 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,6 +56,7 @@ func run(args []string) error {
 	tag := fs.String("tag", "", "image reference written into the archive")
 	user := fs.String("user", "65532:65532", "uid:gid the entrypoint runs as")
 	out := fs.String("o", "", "archive to write")
+	dir := fs.String("dir", "", "a folder whose tree goes into the layer too (files, folders and symbolic links, owned by root)")
 	var ports, labels list
 	fs.Var(&ports, "port", "exposed port, e.g. 9890/tcp (repeatable)")
 	fs.Var(&labels, "label", "key=value (repeatable)")
@@ -98,8 +102,12 @@ func run(args []string) error {
 		}
 		cfg.Labels[k] = v
 	}
+	content, err := layerTar(*path, bin, *dir)
+	if err != nil {
+		return err
+	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar(*path, bin))), nil
+		return io.NopCloser(bytes.NewReader(content)), nil
 	})
 	if err != nil {
 		return err
@@ -130,20 +138,68 @@ func run(args []string) error {
 	return os.Rename(tmp, *out)
 }
 
-// layerTar holds the binary and the folders above it, owned by root, with a
-// fixed time so that the layer digest depends on the binary alone.
-func layerTar(path string, bin []byte) []byte {
+// layerTar holds the tree of dir, if any, then the binary and the folders
+// above it, owned by root, with a fixed time so that the layer digest
+// depends on the content alone.
+func layerTar(path string, bin []byte, dir string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mtime := time.Unix(0, 0)
+	seen := map[string]bool{}
+	if dir != "" {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || p == dir {
+				return err
+			}
+			rel, err := filepath.Rel(dir, p)
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(info.Mode().Perm()), ModTime: mtime}
+			switch {
+			case d.IsDir():
+				h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+				seen[rel] = true
+			case d.Type()&fs.ModeSymlink != 0:
+				if h.Linkname, err = os.Readlink(p); err != nil {
+					return err
+				}
+				h.Typeflag, h.Mode = tar.TypeSymlink, 0o777
+			case d.Type().IsRegular():
+				h.Typeflag, h.Size = tar.TypeReg, info.Size()
+			default:
+				return fmt.Errorf("-dir: %s is neither a file, a folder nor a symbolic link", p)
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			if h.Typeflag == tar.TypeReg {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				_, err = tw.Write(b)
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	for i := 1; i < len(parts); i++ {
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.Join(parts[:i], "/") + "/", Mode: 0o755, ModTime: mtime})
+		if d := strings.Join(parts[:i], "/"); !seen[d] {
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: mtime})
+		}
 	}
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.Join(parts, "/"), Mode: 0o755, Size: int64(len(bin)), ModTime: mtime})
 	tw.Write(bin)
-	tw.Close()
-	return buf.Bytes()
+	return buf.Bytes(), tw.Close()
 }
 
 // checkStatic refuses a dynamically linked binary: the image has no libc.

@@ -2,7 +2,8 @@
 # Builds the pinned kube-apiserver and etcd into ../../bin (or $1), and with
 # --node also kube-controller-manager, kube-scheduler, kubelet and kube-proxy
 # for the local node (test/testnode), and the kubectl that applies
-# deploy/ to it (the same version, so no version skew). Does nothing for binaries of the
+# deploy/ to it (the same version, so no version skew); --kind adds kubeadm,
+# for the kind node image (hack/kind). Does nothing for binaries of the
 # right version that are already there.
 #
 # With --version v1.XX it builds only that minor's kube-apiserver, pinned by
@@ -11,9 +12,10 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-node=false
+node=false kind=false
 mod=$here
 if [ "${1:-}" = --node ]; then node=true; shift; fi
+if [ "${1:-}" = --kind ]; then node=true kind=true; shift; fi
 if [ "${1:-}" = --version ]; then
 	[ -f "$here/versions/${2:-}/go.mod" ] || { echo "--version: no module hack/kube/versions/${2:-}/go.mod (have: $(ls "$here/versions"))" >&2; exit 2; }
 	mod=$here/versions/$2
@@ -36,12 +38,14 @@ have() {
 	local out
 	case $1 in
 	kubectl) out=$("$bin/kubectl" version --client 2>/dev/null) && grep -qF -- "Client Version: ${2#Kubernetes }" <<<"$out" ;;
+	kubeadm) out=$("$bin/kubeadm" version -o short 2>/dev/null) && [ "$out" = "${2#Kubernetes }" ] ;;
 	*) out=$("$bin/$1" --version 2>/dev/null) && grep -qF -- "$2" <<<"$out" ;;
 	esac
 }
 
 cmds=(kube-apiserver)
 $node && cmds+=(kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+$kind && cmds+=(kubeadm)
 todo=()
 for c in "${cmds[@]}"; do
 	if have "$c" "Kubernetes $kube_version"; then

@@ -1,6 +1,6 @@
-// Package e2e holds the checks of the exporter deployed from deploy/ into a
-// real cluster, shared by the run on the local node (make e2e, part of make
-// test) and the kind run (make kind-e2e, where Docker is).
+// Package e2e holds the checks of the exporter deployed from deploy/ or the
+// chart into a real cluster, shared by the run on the local node (make e2e)
+// and the one on kind (make kind-e2e), both part of make test.
 package e2e
 
 import (

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -130,89 +128,7 @@ func TestLocalNode(t *testing.T) {
 		}
 
 		c.Delete(t, overlay)
-		helmInstallUninstall(t, c, n.Kubeconfig, archive)
 	})
-}
-
-// helmInstallUninstall installs the chart with Helm's SDK under a release
-// name other than the chart's, with the labels a kube-prometheus-stack
-// Prometheus selects by, then uninstalls it: Helm deletes the pod's Role,
-// RoleBinding and ServiceAccount in the same breath as its Deployment, so the
-// pod's own cleanup is refused; the garbage collector must delete what the
-// ServiceAccount owned, and nothing may be left.
-func helmInstallUninstall(t *testing.T, c e2e.Cluster, kubeconfig, archive string) {
-	const ns, rel = "wce-helm", "probe"
-	ctx := t.Context()
-	if _, err := c.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.CS.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	h := e2e.Helm{Kubeconfig: kubeconfig, Namespace: ns}
-	labels := map[string]any{"release": "kube-prometheus-stack"}
-	start := time.Now()
-	notes := h.Install(t, rel, map[string]any{
-		"image":          map[string]any{"repository": "ghcr.io/watchcache/watchcache-exporter", "tag": e2e.ImageTag(t, archive)},
-		"serviceMonitor": map[string]any{"enabled": true, "additionalLabels": labels},
-		"prometheusRule": map[string]any{"enabled": true, "additionalLabels": labels},
-	})
-	if strings.Contains(notes, "no release label") {
-		t.Errorf("the notes warn of a missing release label, which is set:\n%s", notes)
-	}
-	const sa = rel + "-watchcache-exporter"
-	var leader string
-	for leader == "" {
-		l, err := c.CS.CoordinationV1().Leases(ns).Get(ctx, e2e.Quiet, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil {
-			leader = *l.Spec.HolderIdentity
-			break
-		}
-		if time.Since(start) > 3*time.Minute {
-			t.Fatalf("no Lease held in %s 3 minutes after helm install: %v", ns, err)
-		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("helm install %s: Lease held by %s %s after the install began", rel, leader, time.Since(start).Round(100*time.Millisecond))
-	e2e.OwnedByServiceAccount(t, c.CS, ns, sa)
-
-	start = time.Now()
-	h.Uninstall(t, rel)
-	for {
-		cms, err := c.CS.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: e2e.Marks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases, err := c.CS.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: e2e.Marks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(cms.Items)+len(leases.Items) == 0 {
-			break
-		}
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("2 minutes after helm uninstall, %d ConfigMaps and %d Leases of the exporter's are left in %s", len(cms.Items), len(leases.Items), ns)
-		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("helm uninstall %s: the exporter's objects gone %s after it began", rel, time.Since(start).Round(100*time.Millisecond))
-	// The pod goes last, at the end of its grace period.
-	instance := "app.kubernetes.io/instance=" + rel
-	for {
-		pods, err := c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: instance})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pods.Items) == 0 {
-			break
-		}
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("2 minutes after helm uninstall, pod %s is still there", pods.Items[0].Name)
-		}
-		time.Sleep(time.Second)
-	}
-	for _, o := range c.Leftovers(t, e2e.Marks, instance) {
-		t.Errorf("left after helm uninstall: %s", o)
-	}
 }
 
 // prometheusConfig is deploy/examples/kubernetes-sd's scrape config, given
