@@ -30,6 +30,7 @@ t0=$SECONDS
 (cd "$here/coredns" && CGO_ENABLED=0 go build -trimpath \
 	-ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns" -o "$bin/kind-coredns" .)
 echo "built CoreDNS $coredns in $((SECONDS - t0)) s"
+(cd "$here/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator)
 dir=$(cd "$here/prometheus-operator" && go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator)
 rm -rf "$bin/prometheus-operator/crd" "$bin/prometheus-operator/rbac"
 mkdir -p "$bin/prometheus-operator/crd" "$bin/prometheus-operator/rbac"

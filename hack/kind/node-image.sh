@@ -35,8 +35,9 @@ for f in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-sch
 	[ -x "$bin/$f" ] || { echo "bin/$f is missing: make kind-image builds it" >&2; exit 1; }
 done
 kube_version=$("$bin/kubeadm" version -o short)
+(cd "$root" && go mod download sigs.k8s.io/kind)
 kind_dir=$(cd "$root" && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
-[ -d "$kind_dir/images/base/files" ] || (cd "$root" && go mod download sigs.k8s.io/kind)
+[ -d "$kind_dir/images/base/files" ] || { echo "no images/base/files in the kind module ($kind_dir)" >&2; exit 1; }
 
 # The recipe: this script, the base files, and each pinned version.
 key=$({
