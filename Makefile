@@ -103,7 +103,7 @@ node-bin:
 # registry (hack/kind/node-image.sh says what it holds) into podman's image
 # store, its name in bin/kind-node-image; rebuilt only when the recipe or a
 # pinned version changes. Installs podman and mmdebstrap first (as root).
-kind-image: kube-bin node-bin bin/image-tool bin/pause
+kind-image: kube-bin node-bin e2e-bin bin/image-tool bin/pause
 	./hack/kind/host.sh
 	./hack/kube/build.sh --kind
 	./hack/kind/bin.sh

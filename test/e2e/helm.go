@@ -72,37 +72,38 @@ func (h Helm) Uninstall(t *testing.T, name string) {
 	}
 }
 
-// HelmInstallUninstall installs the chart with Helm's SDK under a release
-// name other than the chart's, with the labels a kube-prometheus-stack
-// Prometheus selects by, then uninstalls it: Helm deletes the pod's Role,
-// RoleBinding and ServiceAccount in the same breath as its Deployment, so the
-// pod's own cleanup is refused; the garbage collector must delete what the
-// ServiceAccount owned, and nothing may be left.
-func HelmInstallUninstall(t *testing.T, c Cluster, archive string) {
-	const ns, rel = "wce-helm", "probe"
+// Release is the chart installed by InstallRelease.
+type Release struct {
+	Helm
+	Name, ServiceAccount string
+}
+
+// InstallRelease installs the chart with Helm's SDK as release rel, in a new
+// namespace ns under Pod Security restricted, with the image of archive and
+// values, and waits until the exporter holds its Lease. Its ConfigMaps and
+// Lease must be owned by its ServiceAccount.
+func InstallRelease(t *testing.T, c Cluster, archive, rel, ns string, values map[string]any) Release {
+	t.Helper()
 	ctx := t.Context()
 	if _, err := c.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CS.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	h := Helm{Kubeconfig: c.Kubeconfig, Namespace: ns}
-	labels := map[string]any{"release": "kube-prometheus-stack"}
+	r := Release{Helm: Helm{Kubeconfig: c.Kubeconfig, Namespace: ns}, Name: rel, ServiceAccount: rel + "-watchcache-exporter"}
+	vals := map[string]any{"image": map[string]any{"repository": "ghcr.io/watchcache/watchcache-exporter", "tag": ImageTag(t, archive)}}
+	for k, v := range values {
+		vals[k] = v
+	}
 	start := time.Now()
-	notes := h.Install(t, rel, map[string]any{
-		"image":          map[string]any{"repository": "ghcr.io/watchcache/watchcache-exporter", "tag": ImageTag(t, archive)},
-		"serviceMonitor": map[string]any{"enabled": true, "additionalLabels": labels},
-		"prometheusRule": map[string]any{"enabled": true, "additionalLabels": labels},
-	})
+	notes := r.Install(t, rel, vals)
 	if strings.Contains(notes, "no release label") {
 		t.Errorf("the notes warn of a missing release label, which is set:\n%s", notes)
 	}
-	const sa = rel + "-watchcache-exporter"
-	var leader string
-	for leader == "" {
+	for {
 		l, err := c.CS.CoordinationV1().Leases(ns).Get(ctx, Quiet, metav1.GetOptions{})
 		if err == nil && l.Spec.HolderIdentity != nil {
-			leader = *l.Spec.HolderIdentity
+			t.Logf("helm install %s: Lease held by %s %s after the install began", rel, *l.Spec.HolderIdentity, time.Since(start).Round(100*time.Millisecond))
 			break
 		}
 		if time.Since(start) > 3*time.Minute {
@@ -110,11 +111,20 @@ func HelmInstallUninstall(t *testing.T, c Cluster, archive string) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("helm install %s: Lease held by %s %s after the install began", rel, leader, time.Since(start).Round(100*time.Millisecond))
-	OwnedByServiceAccount(t, c.CS, ns, sa)
+	OwnedByServiceAccount(t, c.CS, ns, r.ServiceAccount)
+	return r
+}
 
-	start = time.Now()
-	h.Uninstall(t, rel)
+// UninstallLeavesNothing uninstalls the release and checks that nothing of
+// it or of the exporter's is left anywhere. Helm deletes the pod's Role,
+// RoleBinding and ServiceAccount in the same breath as its Deployment, so the
+// pod's own cleanup is refused: the garbage collector must delete what the
+// ServiceAccount owned.
+func (r Release) UninstallLeavesNothing(t *testing.T, c Cluster) {
+	t.Helper()
+	ctx, ns := t.Context(), r.Namespace
+	start := time.Now()
+	r.Uninstall(t, r.Name)
 	for {
 		cms, err := c.CS.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: Marks})
 		if err != nil {
@@ -132,9 +142,9 @@ func HelmInstallUninstall(t *testing.T, c Cluster, archive string) {
 		}
 		time.Sleep(time.Second)
 	}
-	t.Logf("helm uninstall %s: the exporter's objects gone %s after it began", rel, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("helm uninstall %s: the exporter's objects gone %s after it began", r.Name, time.Since(start).Round(100*time.Millisecond))
 	// The pod goes last, at the end of its grace period.
-	instance := "app.kubernetes.io/instance=" + rel
+	instance := "app.kubernetes.io/instance=" + r.Name
 	for {
 		pods, err := c.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: instance})
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
@@ -303,3 +307,33 @@ func (i infoLogger) Infof(f string, a ...any) {
 }
 
 func (i infoLogger) Enabled() bool { return i.on }
+
+// PortForward forwards a port of this machine's loopback to port of pod in
+// namespace ns until t ends, and returns the local port.
+func (c *Cluster) PortForward(t *testing.T, ns, pod string, port int) uint16 {
+	t.Helper()
+	tr, upgrader, err := spdy.RoundTripperFor(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := c.CS.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, url),
+		[]string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	t.Cleanup(func() { close(stop); <-done })
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("port-forward to %s/%s:%d: %v", ns, pod, port, err)
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) != 1 {
+		t.Fatalf("port-forward to %s/%s:%d: ports %v (%v)", ns, pod, port, ports, err)
+	}
+	return ports[0].Local
+}

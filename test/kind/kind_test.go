@@ -3,10 +3,16 @@ package kind_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/experiment"
 	"github.com/watchcache/watchcache-exporter/test/e2e"
@@ -25,17 +32,19 @@ import (
 func TestMain(m *testing.M) { os.Exit(exportertest.Main(m)) }
 
 // TestUserPath walks the operator's path on a kind cluster of the node
-// image: the image loaded into the node as `kind load image-archive` does,
-// the chart installed and uninstalled with Helm under a release name other
-// than the chart's, and `kubectl watchcache experiment` on the cluster's own
+// image: the image loaded into the node as `kind load image-archive` does;
+// a Prometheus Operator with a Prometheus that selects by a release label, as
+// kube-prometheus-stack's; the chart installed with Helm under a release name
+// other than the chart's, scraped and its rules loaded by that Prometheus,
+// and uninstalled; `kubectl watchcache experiment` on the cluster's own
 // kubeconfig context.
 func TestUserPath(t *testing.T) {
 	testcluster.Real(t)
 	root := e2e.Root(t)
 	bin := filepath.Join(root, "bin")
 	archive := filepath.Join(bin, "watchcache-exporter-image.tar")
-	crds := filepath.Join(bin, "prometheus-operator", "crd")
-	for _, need := range []string{archive, filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"), filepath.Join(bin, "kubectl")} {
+	op := filepath.Join(bin, "prometheus-operator")
+	for _, need := range []string{archive, filepath.Join(op, "crd", "monitoring.coreos.com_prometheuses.yaml"), filepath.Join(op, "images", "prometheus.tar"), filepath.Join(bin, "kubectl")} {
 		if _, err := os.Stat(need); err != nil {
 			testcluster.Missing(t, need+" is missing; make kind-image image builds it")
 		}
@@ -44,12 +53,66 @@ func TestUserPath(t *testing.T) {
 	c.WaitSystemPods(t, 3*time.Minute)
 	c.LoadImageArchive(t, archive)
 	ec := e2e.Cluster{Kubectl: filepath.Join(bin, "kubectl"), Kubeconfig: c.Kubeconfig, Config: c.Config, CS: c.CS}
-	ec.Run(t, "create", "-f", filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"), "-f", filepath.Join(crds, "monitoring.coreos.com_prometheusrules.yaml"))
-	ec.Run(t, "wait", "--for=condition=Established", "--timeout=1m",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
-	t.Run("helm install and uninstall", func(t *testing.T) {
-		e2e.HelmInstallUninstall(t, ec, archive)
+	t.Run("beside a Prometheus Operator, as kube-prometheus-stack's", func(t *testing.T) {
+		// The stack's release name, which its Prometheus selects by.
+		const stack, ns = "kps", "wce-helm"
+		prom := c.PrometheusOperator(t, bin, stack)
+		labels := map[string]any{"release": stack}
+		r := e2e.InstallRelease(t, ec, archive, "probe", ns, map[string]any{
+			"serviceMonitor": map[string]any{"enabled": true, "additionalLabels": labels},
+			"prometheusRule": map[string]any{"enabled": true, "additionalLabels": labels},
+		})
+		promURL := fmt.Sprintf("http://127.0.0.1:%d", c.PortForward(t, "default", prom, 9090))
+		waitQuery(t, promURL, fmt.Sprintf(`up{job="watchcache-exporter",namespace=%q} == 1`, ns), 3*time.Minute)
+		// Every group of the chart's PrometheusRule is loaded.
+		b, err := os.ReadFile(filepath.Join(root, "charts", "watchcache-exporter", "files", "rules.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct{ Groups []struct{ Name string } }
+		if err := yaml.Unmarshal(b, &file); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, g := range file.Groups {
+			want = append(want, g.Name)
+		}
+		var got []string
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			got = ruleGroups(t, promURL, ns+"-"+r.Name)
+			if slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("rule groups loaded from the PrometheusRule: %v, want the chart's %v", got, want)
+		}
+		// The window through that Prometheus is the exporter's own.
+		pods, err := c.CS.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.Name})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the exporter's pods: %d (%v)", len(pods.Items), err)
+		}
+		exporter := fmt.Sprintf("http://127.0.0.1:%d/metrics", c.PortForward(t, ns, pods.Items[0].Name, 9890))
+		query := fmt.Sprintf(`watchcache_window_seconds{namespace=%q,resource="configmaps"}`, ns)
+		waitQuery(t, promURL, query, 4*time.Minute)
+		for try := 1; ; try++ {
+			own := scrape(t, exporter, "watchcache_window_seconds", "resource", "configmaps")
+			seen := waitQuery(t, promURL, query, time.Minute)
+			t.Logf("window %.2f s in Prometheus, %.2f s on the exporter's /metrics", seen, own)
+			if math.Abs(seen-own) <= 0.01*own {
+				break
+			}
+			// A cycle may end between the scrape and the read.
+			if try == 3 {
+				t.Errorf("window %.2f s in Prometheus, %.2f s on the exporter's /metrics: not within 1%%", seen, own)
+				break
+			}
+			time.Sleep(20 * time.Second)
+		}
+		r.UninstallLeavesNothing(t, ec)
 	})
 
 	t.Run("kubectl watchcache experiment on the cluster's context", func(t *testing.T) {
@@ -99,4 +162,86 @@ func TestUserPath(t *testing.T) {
 			t.Errorf("left after the experiment: %s", o)
 		}
 	})
+}
+
+// waitQuery waits until query returns one series with a value, and
+// returns it.
+func waitQuery(t *testing.T, url, query string, timeout time.Duration) float64 {
+	t.Helper()
+	start := time.Now()
+	for {
+		var r struct {
+			Data struct {
+				Result []struct {
+					Value [2]any `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		resp, err := http.Get(url + "/api/v1/query?query=" + neturl.QueryEscape(query))
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+		}
+		if err == nil && len(r.Data.Result) == 1 {
+			if s, ok := r.Data.Result[0].Value[1].(string); ok {
+				if v, err := strconv.ParseFloat(s, 64); err == nil {
+					return v
+				}
+			}
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: no single series %s after %s (%v, %d series)", url, query, timeout, err, len(r.Data.Result))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// ruleGroups are the names of the rule groups Prometheus loaded from the
+// rule files whose name holds file.
+func ruleGroups(t *testing.T, url, file string) []string {
+	t.Helper()
+	var r struct {
+		Data struct {
+			Groups []struct{ Name, File string } `json:"groups"`
+		} `json:"data"`
+	}
+	resp, err := http.Get(url + "/api/v1/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range r.Data.Groups {
+		if strings.Contains(g.File, file) {
+			names = append(names, g.Name)
+		}
+	}
+	return names
+}
+
+// scrape reads one sample, selected by a label, from an exporter's /metrics.
+func scrape(t *testing.T, url, name, label, value string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range fams[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("%s: no %s{%s=%q}", url, name, label, value)
+	return 0
 }
