@@ -1,8 +1,10 @@
 //go:build tools
 
-// Package promoperator pins the Prometheus Operator, whose CRDs the kind e2e
-// test installs (hack/kind/bin.sh). A module of its own: the operator is
-// built against older Kubernetes and Prometheus modules than the exporter.
+// Package promoperator pins the Prometheus Operator and its config reloader,
+// which the kind e2e test runs in the cluster with their CRDs, as
+// kube-prometheus-stack does (hack/kind/bin.sh builds their images). A module
+// of its own: the operator is built against older Kubernetes and Prometheus
+// modules than the exporter.
 package promoperator
 
 import (
