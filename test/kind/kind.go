@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -233,11 +232,9 @@ func (c *Cluster) WaitSystemPods(t *testing.T, timeout time.Duration) {
 		}
 		ready, proxy := 0, false
 		for _, p := range pods.Items {
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-					ready++
-					proxy = proxy || p.Labels["k8s-app"] == "kube-proxy"
-				}
+			if podReady(&p) {
+				ready++
+				proxy = proxy || p.Labels["k8s-app"] == "kube-proxy"
 			}
 		}
 		if proxy && ready == len(pods.Items) {

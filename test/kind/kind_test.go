@@ -26,6 +26,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/test/e2e"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/kind"
+	"github.com/watchcache/watchcache-exporter/test/promtest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
@@ -201,20 +202,13 @@ func waitQuery(t *testing.T, url, query string, timeout time.Duration) float64 {
 func ruleGroups(t *testing.T, url, file string) []string {
 	t.Helper()
 	var r struct {
-		Data struct {
-			Groups []struct{ Name, File string } `json:"groups"`
-		} `json:"data"`
+		Groups []struct{ Name, File string } `json:"groups"`
 	}
-	resp, err := http.Get(url + "/api/v1/rules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+	if err := json.Unmarshal(promtest.Server{Base: url}.Get(t, "/api/v1/rules", nil), &r); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, g := range r.Data.Groups {
+	for _, g := range r.Groups {
 		if strings.Contains(g.File, file) {
 			names = append(names, g.Name)
 		}
@@ -235,13 +229,9 @@ func scrape(t *testing.T, url, name, label, value string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range fams[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				return m.GetGauge().GetValue()
-			}
-		}
+	v, err := testcluster.Value(fams, name, map[string]string{label: value})
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
-	t.Fatalf("%s: no %s{%s=%q}", url, name, label, value)
-	return 0
+	return v
 }
