@@ -62,6 +62,24 @@ func (h Helm) Install(t *testing.T, name string, values map[string]any) string {
 	return r.Info.Notes
 }
 
+// Upgrade is `helm upgrade release charts/watchcache-exporter --reuse-values
+// --wait` with values set over the release's.
+func (h Helm) Upgrade(t *testing.T, name string, values map[string]any) {
+	t.Helper()
+	chrt, err := loader.Load(filepath.Join(Root(t), "charts", "watchcache-exporter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := action.NewUpgrade(h.config(t))
+	up.Namespace, up.ReuseValues = h.Namespace, true
+	up.WaitStrategy, up.Timeout = kube.StatusWatcherStrategy, helmTimeout
+	ctx, cancel := context.WithTimeout(t.Context(), helmTimeout)
+	defer cancel()
+	if _, err := up.RunWithContext(ctx, name, chrt, values); err != nil {
+		t.Fatalf("helm upgrade %s: %v", name, err)
+	}
+}
+
 // Uninstall is `helm uninstall release --wait`.
 func (h Helm) Uninstall(t *testing.T, name string) {
 	t.Helper()

@@ -2,6 +2,7 @@ package kind_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,16 +14,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/experiment"
+	"github.com/watchcache/watchcache-exporter/test/arrivals"
 	"github.com/watchcache/watchcache-exporter/test/e2e"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/kind"
@@ -113,6 +118,7 @@ func TestUserPath(t *testing.T) {
 			}
 			time.Sleep(20 * time.Second)
 		}
+		upgradeRate(t, c, ec, r, 30)
 		r.UninstallLeavesNothing(t, ec)
 	})
 
@@ -136,19 +142,7 @@ func TestUserPath(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 			t.Fatalf("the JSON report does not parse: %v\n%s", err, stdout.String())
 		}
-		raw, err := c.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		capacity, err := testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		capacity := apiserverCapacity(t, c)
 		if r.Namespace != ns || len(r.APIServers) != 1 || len(r.APIServers[0].Cycles) != 1 || r.TimedOut {
 			t.Fatalf("want one apiserver with one cycle in %s, not timed out: %s", ns, stdout.String())
 		}
@@ -163,6 +157,160 @@ func TestUserPath(t *testing.T) {
 			t.Errorf("left after the experiment: %s", o)
 		}
 	})
+}
+
+// upgradeRate upgrades the release to another load rate: at no moment two
+// exporters (the chart's Recreate strategy and the Lease), and the new pod's
+// window is the cache's capacity over the rate the test's own watch counts
+// in it, the capacity grown for the new rate.
+func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, rate float64) {
+	t.Helper()
+	ctx, ns := t.Context(), r.Namespace
+	instance := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.Name}
+	old, err := c.CS.CoreV1().Pods(ns).List(ctx, instance)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("the exporter's pods before the upgrade: %d (%v)", len(old.Items), err)
+	}
+	before := apiserverCapacity(t, c)
+	events := arrivals.ConfigMaps(t, c.Config)
+
+	// Every change of the exporter's pods and of its Lease, in order.
+	type change struct {
+		at         time.Time
+		pod, lease string // the pod that changed, or the Lease's holder
+		gone       bool   // the pod was deleted
+	}
+	var (
+		mu      sync.Mutex
+		changes []change
+	)
+	record := func(x change) { mu.Lock(); changes = append(changes, x); mu.Unlock() }
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	pw, err := c.CS.CoreV1().Pods(ns).Watch(wctx, metav1.ListOptions{LabelSelector: instance.LabelSelector, ResourceVersion: old.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := c.CS.CoordinationV1().Leases(ns).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=" + e2e.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for ev := range pw.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				record(change{at: time.Now(), pod: p.Name, gone: ev.Type == watch.Deleted})
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for ev := range lw.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				holder := ""
+				if l.Spec.HolderIdentity != nil {
+					holder = *l.Spec.HolderIdentity
+				}
+				record(change{at: time.Now(), lease: holder})
+			}
+		}
+	}()
+
+	start := time.Now()
+	r.Upgrade(t, r.Name, map[string]any{"exporter": map[string]any{"loadRate": rate}})
+	var pod string
+	for {
+		l, err := c.CS.CoordinationV1().Leases(ns).Get(ctx, e2e.Quiet, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != old.Items[0].Name && *l.Spec.HolderIdentity != "" {
+			pod = *l.Spec.HolderIdentity
+			break
+		}
+		if time.Since(start) > 3*time.Minute {
+			t.Fatalf("no new holder of the Lease 3 minutes after helm upgrade: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("helm upgrade %s to %v writes/s: %s leads %s after it began", r.Name, rate, pod, time.Since(start).Round(100*time.Millisecond))
+	stop()
+	pw.Stop()
+	lw.Stop()
+	wg.Wait()
+	// The Lease names the new pod only once the old one is gone, and names
+	// no third.
+	var oldGone time.Time
+	for _, x := range changes {
+		switch {
+		case x.gone && x.pod == old.Items[0].Name:
+			oldGone = x.at
+		case x.pod != "" && x.pod != old.Items[0].Name && x.pod != pod:
+			t.Errorf("a third exporter pod during the upgrade: %s", x.pod)
+		case x.pod == pod && oldGone.IsZero():
+			t.Errorf("pod %s existed while %s was not yet deleted", pod, old.Items[0].Name)
+		case x.pod == "" && x.lease != "" && x.lease != old.Items[0].Name && x.lease != pod:
+			t.Errorf("the Lease held by %s during the upgrade", x.lease)
+		case x.pod == "" && x.lease == pod && oldGone.IsZero():
+			t.Errorf("the Lease held by %s while %s was not yet deleted", pod, old.Items[0].Name)
+		}
+	}
+	e2e.OwnedByServiceAccount(t, c.CS, ns, r.ServiceAccount)
+
+	// The window follows the new rate once the cache has grown for it and
+	// the new pod's RV clock reaches back past the cache's oldest event.
+	exporter := fmt.Sprintf("http://127.0.0.1:%d/metrics", c.PortForward(t, ns, pod, 9890))
+	deadline := time.Now().Add(6 * time.Minute)
+	var capacity float64
+	var steadySince time.Time
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("6 minutes after helm upgrade: capacity %v (before %v), the window not yet measured at %v writes/s", capacity, before, rate)
+		}
+		time.Sleep(5 * time.Second)
+		if now := apiserverCapacity(t, c); now != capacity {
+			capacity, steadySince = now, time.Now()
+		}
+		if scrape(t, exporter, "watchcache_load_target_writes_per_second", "", "") != rate ||
+			scrape(t, exporter, "watchcache_window_lower_bound", "resource", "configmaps") != 0 {
+			continue
+		}
+		at := time.Now()
+		window := scrape(t, exporter, "watchcache_window_seconds", "resource", "configmaps")
+		// The capacity unchanged for a whole window: the cache is steady.
+		if math.IsNaN(window) || at.Sub(steadySince).Seconds() < window {
+			continue
+		}
+		counted := events.Rate(at, window)
+		t.Logf("at %v writes/s: window %.2f s, capacity %v (before the upgrade %v) over %.2f ConfigMap events/s counted in the window: %.2f s",
+			rate, window, capacity, before, counted, capacity/counted)
+		if !exportertest.Within(window, capacity/counted, 0.05) {
+			t.Errorf("window %.2f s, capacity/rate %v/%.2f = %.2f s: more than 5%% apart", window, capacity, counted, capacity/counted)
+		}
+		if capacity <= before {
+			t.Errorf("the cache's capacity %v at %v writes/s, %v before: it did not grow", capacity, rate, before)
+		}
+		return
+	}
+}
+
+// apiserverCapacity is the kind apiserver's watch_cache_capacity of
+// ConfigMaps.
+func apiserverCapacity(t *testing.T, c *kind.Cluster) float64 {
+	t.Helper()
+	raw, err := c.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // waitQuery waits until query returns one series with a value, and
@@ -216,7 +364,7 @@ func ruleGroups(t *testing.T, url, file string) []string {
 	return names
 }
 
-// scrape reads one sample, selected by a label, from an exporter's /metrics.
+// scrape reads one sample, selected by a label if one is given, from an exporter's /metrics.
 func scrape(t *testing.T, url, name, label, value string) float64 {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -229,7 +377,11 @@ func scrape(t *testing.T, url, name, label, value string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := testcluster.Value(fams, name, map[string]string{label: value})
+	var labels map[string]string
+	if label != "" {
+		labels = map[string]string{label: value}
+	}
+	v, err := testcluster.Value(fams, name, labels)
 	if err != nil {
 		t.Fatalf("%s: %v", url, err)
 	}
