@@ -225,10 +225,11 @@ func (c Cluster) Leader(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return holder(l)
+	return Holder(l)
 }
 
-func holder(l *coordinationv1.Lease) string {
+// Holder is the pod that holds l, or "".
+func Holder(l *coordinationv1.Lease) string {
 	if l.Spec.HolderIdentity == nil {
 		return ""
 	}

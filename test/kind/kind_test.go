@@ -209,11 +209,7 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 		defer wg.Done()
 		for ev := range lw.ResultChan() {
 			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
-				holder := ""
-				if l.Spec.HolderIdentity != nil {
-					holder = *l.Spec.HolderIdentity
-				}
-				record(change{at: time.Now(), lease: holder})
+				record(change{at: time.Now(), lease: e2e.Holder(l)})
 			}
 		}
 	}()
@@ -223,8 +219,8 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 	var pod string
 	for {
 		l, err := c.CS.CoordinationV1().Leases(ns).Get(ctx, e2e.Quiet, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != old.Items[0].Name && *l.Spec.HolderIdentity != "" {
-			pod = *l.Spec.HolderIdentity
+		if err == nil && e2e.Holder(l) != "" && e2e.Holder(l) != old.Items[0].Name {
+			pod = e2e.Holder(l)
 			break
 		}
 		if time.Since(start) > 3*time.Minute {
