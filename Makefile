@@ -14,7 +14,7 @@ LDFLAGS := -s -w -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) -X 
            -X $(PKG).BuildUser=watchcache-exporter -X $(PKG).BuildDate=$(BUILD_DATE)
 export CGO_ENABLED ?= 0
 
-.PHONY: all build plugin plugin-dist image kube-bin node-bin kind-image e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check kind-e2e clean FORCE
+.PHONY: all build plugin plugin-dist image kube-bin node-bin kind-image e2e-bin prometheus chromium generate docs push bench demo test test-unit test-versions e2e vet fmt-check clean FORCE
 
 all: build
 
@@ -47,11 +47,10 @@ plugin-dist:
 
 # The image, without a container engine: an archive for `ctr images import`,
 # `kind load image-archive`, `podman load` or `docker load`. The labels,
-# user, entrypoint and port are the Dockerfile's (a test compares them). Also
-# the local node's sandbox (pause) image.
+# user, entrypoint and port are the Dockerfile's (a test compares them).
 IMAGE     ?= ghcr.io/watchcache/watchcache-exporter
 IMAGE_TAG ?= $(VERSION)
-image: bin/watchcache-exporter-image.tar bin/pause-image.tar
+image: bin/watchcache-exporter-image.tar
 	@echo "bin/watchcache-exporter-image.tar: $(IMAGE):$(IMAGE_TAG)"
 
 # Push the image to a registry without a container engine, with the
@@ -81,16 +80,15 @@ bin/watchcache-exporter-image.tar: bin/.watchcache-exporter.sum bin/.image-tool.
 		-label "org.opencontainers.image.description=How long the kube-apiserver's watch cache keeps its history, for Prometheus" \
 		-label org.opencontainers.image.source=https://github.com/watchcache/watchcache-exporter \
 		-label org.opencontainers.image.version=$(VERSION) -label org.opencontainers.image.revision=$(REVISION)
-bin/pause-image.tar: bin/.pause.sum bin/.image-tool.sum
-	bin/image-tool -o $@ -tag localhost/watchcache-exporter/pause:1 -binary bin/pause -path /pause -user 65535:65535
 
 # The pinned kube-apiserver and etcd, built once per machine into bin/.
 kube-bin:
 	./hack/kube/build.sh
 
-# What the local node (test/testnode) runs besides: the kubelet,
-# kube-controller-manager, kube-scheduler, kube-proxy, containerd, runc, the
-# CNI plugins, and Debian's iptables and iproute2.
+# What the kind node image holds besides kube-apiserver and etcd: the
+# kubelet, kube-controller-manager, kube-scheduler, kube-proxy, containerd,
+# runc and the CNI plugins; and Debian's iptables for kube-proxy's image and
+# iproute2 for the tests' network namespaces (test/testnetns).
 node-bin:
 	./hack/debian-package.sh iptables iptables
 	./hack/debian-package.sh ip iproute2
@@ -109,12 +107,11 @@ kind-image: kube-bin node-bin e2e-bin bin/image-tool bin/pause
 	./hack/kind/bin.sh
 	./hack/kind/node-image.sh > bin/kind-node-image.tmp && mv bin/kind-node-image.tmp bin/kind-node-image
 
-# What the end-to-end run adds: a Prometheus built from its module with
-# Kubernetes service discovery (Debian's has none), and the ServiceMonitor
-# and PrometheusRule CRDs generated from the prometheus-operator API module.
+# What the end-to-end runs add: a Prometheus built from its module with
+# Kubernetes service discovery (Debian's has none), which the kind tests run
+# as an image.
 e2e-bin:
 	./hack/prometheus/build.sh
-	./hack/crds/generate.sh
 
 # Prometheus and promtool from Debian's prometheus package.
 prometheus:
@@ -189,16 +186,13 @@ test-versions: kube-bin
 		$(GO) test -race -tags versions -count=1 -v -timeout 60m ./test/versions/
 	@cat bin/compatibility-rows.md
 
-# deploy/ on the local node from pinned modules, without Docker, scraped by
-# Prometheus through Kubernetes service discovery; also part of make test.
-e2e: kube-bin node-bin e2e-bin image
-	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/e2e/
-
-# The operator's path on a kind cluster of the node image (podman, no
-# Docker): image load, Helm install and uninstall, the kubectl plugin on the
-# cluster's context; also part of make test.
-kind-e2e: kind-image image
-	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 20m ./test/kind/
+# The in-cluster tests on a kind cluster of the node image (podman, no
+# Docker): deploy/ scraped through Kubernetes service discovery, and the
+# operator's path (image load, Helm beside a Prometheus Operator, upgrade,
+# uninstall, the kubectl plugin on the cluster's context); also part of make
+# test.
+e2e: kind-image image
+	CGO_ENABLED=1 WATCHCACHE_REQUIRE_KUBE=1 $(GO) test -race -count=1 -v -timeout 30m ./test/kind/ ./test/e2e/
 
 # Load accuracy and cost (against the article's kubectl loops), client-side
 # ceiling, footprint, precision, a 30-minute soak and the cost of --resources=all:

@@ -2,8 +2,8 @@
 # Usage: hack/debian-package.sh COMMAND PACKAGE
 # Installs Debian's PACKAGE with apt unless COMMAND is already on the PATH
 # (or, when COMMAND is an absolute path, unless that file exists). The tests
-# need prometheus (and its promtool) and chromium; the local node needs
-# iptables, iproute2, and libseccomp-dev with pkg-config to build runc.
+# need prometheus (and its promtool), chromium and iproute2; the kind node
+# image needs iptables, and libseccomp-dev with pkg-config to build runc.
 set -euo pipefail
 cmd=$1 pkg=$2
 present() { case $cmd in /*) [ -e "$cmd" ] ;; *) command -v "$cmd" >/dev/null ;; esac; }

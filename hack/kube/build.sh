@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned kube-apiserver and etcd into ../../bin (or $1), and with
 # --node also kube-controller-manager, kube-scheduler, kubelet and kube-proxy
-# for the local node (test/testnode), and the kubectl that applies
-# deploy/ to it (the same version, so no version skew); --kind adds kubeadm,
-# for the kind node image (hack/kind). Does nothing for binaries of the
+# for the kind node image, and the kubectl that applies deploy/ to it (the
+# same version, so no version skew); --kind adds kubeadm, for the node image
+# (hack/kind). Does nothing for binaries of the
 # right version that are already there.
 #
 # With --version v1.XX it builds only that minor's kube-apiserver, pinned by

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds what the local node runs besides the Kubernetes binaries, each at the
+# Builds what the kind node image runs besides the Kubernetes binaries, each at the
 # version go.mod pins, into ../../bin (or $1): containerd, its runc shim and
 # ctr; runc; and the CNI plugins of a bridge network into bin/cni. Does
 # nothing when bin/.node-versions says they are there at these versions.

@@ -1,4 +1,4 @@
-// Command pause is the sandbox ("pause") container of the local node's pods:
+// Command pause is the sandbox ("pause") container of the kind node's pods:
 // it holds the pod's namespaces, reaps the zombies it inherits, and exits on
 // SIGINT or SIGTERM. It is built into an image by hack/image, as the
 // exporter is, so that the node needs no registry.

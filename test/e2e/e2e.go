@@ -1,6 +1,5 @@
 // Package e2e holds the checks of the exporter deployed from deploy/ or the
-// chart into a real cluster, shared by the run on the local node (make e2e)
-// and the one on kind (make kind-e2e), both part of make test.
+// chart into a real cluster, which the kind tests (test/kind, make e2e) use.
 package e2e
 
 import (

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -259,6 +260,63 @@ func (c *Cluster) Node(t *testing.T) nodes.Node {
 		t.Fatalf("nodes of %s: %v (%v)", c.Name, ns, err)
 	}
 	return ns[0]
+}
+
+// NodeIP is the node's InternalIP, where the apiserver listens.
+func (c *Cluster) NodeIP(t *testing.T) string {
+	t.Helper()
+	ns, err := c.CS.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(ns.Items) != 1 {
+		t.Fatalf("nodes of %s: %d (%v)", c.Name, len(ns.Items), err)
+	}
+	for _, a := range ns.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP: %v", ns.Items[0].Name, ns.Items[0].Status.Addresses)
+	return ""
+}
+
+// RestartAPIServer stops the node's kube-apiserver with SIGTERM; the
+// kubelet starts it again from its static pod. It returns once the
+// restarted apiserver reports itself ready.
+func (c *Cluster) RestartAPIServer(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	ctx := t.Context()
+	pod := "kube-apiserver-" + c.Name + "-control-plane"
+	restarts := func() (int32, error) {
+		p, err := c.CS.CoreV1().Pods("kube-system").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if len(p.Status.ContainerStatuses) != 1 {
+			return 0, fmt.Errorf("%s: %d container statuses", pod, len(p.Status.ContainerStatuses))
+		}
+		return p.Status.ContainerStatuses[0].RestartCount, nil
+	}
+	before, err := restarts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := c.Node(t).Command("pkill", "-x", "kube-apiserver").SetStdout(&out).SetStderr(&out).Run(); err != nil {
+		t.Fatalf("pkill kube-apiserver in %s: %v\n%s", c.Name, err, out.String())
+	}
+	start := time.Now()
+	for {
+		n, err := restarts()
+		if err == nil && n > before {
+			if _, err = c.CS.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
+				t.Logf("kube-apiserver restarted and ready %s after SIGTERM", time.Since(start).Round(100*time.Millisecond))
+				return
+			}
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("kube-apiserver of %s: not restarted and ready %s after SIGTERM (restarts %d, before %d: %v)\n%s", c.Name, timeout, n, before, err, c.nodeLogs())
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // LoadImageArchive imports an image archive into the node's containerd, as

@@ -178,7 +178,7 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 	type change struct {
 		at         time.Time
 		pod, lease string // the pod that changed, or the Lease's holder
-		gone       bool   // the pod was deleted
+		stopped    bool   // the pod was deleted or its containers ended
 	}
 	var (
 		mu      sync.Mutex
@@ -201,7 +201,10 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 		defer wg.Done()
 		for ev := range pw.ResultChan() {
 			if p, ok := ev.Object.(*corev1.Pod); ok {
-				record(change{at: time.Now(), pod: p.Name, gone: ev.Type == watch.Deleted})
+				// Recreate starts the new pod once the old one's phase is
+				// terminal, before its object is deleted.
+				stopped := ev.Type == watch.Deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+				record(change{at: time.Now(), pod: p.Name, stopped: stopped})
 			}
 		}
 	}()
@@ -233,21 +236,23 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 	pw.Stop()
 	lw.Stop()
 	wg.Wait()
-	// The Lease names the new pod only once the old one is gone, and names
-	// no third.
-	var oldGone time.Time
+	// The new pod and the Lease's new holder only once the old pod has
+	// stopped, and no third.
+	var oldStopped time.Time
 	for _, x := range changes {
 		switch {
-		case x.gone && x.pod == old.Items[0].Name:
-			oldGone = x.at
+		case x.stopped && x.pod == old.Items[0].Name:
+			if oldStopped.IsZero() {
+				oldStopped = x.at
+			}
 		case x.pod != "" && x.pod != old.Items[0].Name && x.pod != pod:
-			t.Errorf("a third exporter pod during the upgrade: %s", x.pod)
-		case x.pod == pod && oldGone.IsZero():
-			t.Errorf("pod %s existed while %s was not yet deleted", pod, old.Items[0].Name)
+			t.Fatalf("a third exporter pod during the upgrade: %s", x.pod)
+		case x.pod == pod && oldStopped.IsZero():
+			t.Fatalf("pod %s existed before %s stopped", pod, old.Items[0].Name)
 		case x.pod == "" && x.lease != "" && x.lease != old.Items[0].Name && x.lease != pod:
-			t.Errorf("the Lease held by %s during the upgrade", x.lease)
-		case x.pod == "" && x.lease == pod && oldGone.IsZero():
-			t.Errorf("the Lease held by %s while %s was not yet deleted", pod, old.Items[0].Name)
+			t.Fatalf("the Lease held by %s during the upgrade", x.lease)
+		case x.pod == "" && x.lease == pod && oldStopped.IsZero():
+			t.Fatalf("the Lease held by %s before %s stopped", pod, old.Items[0].Name)
 		}
 	}
 	e2e.OwnedByServiceAccount(t, c.CS, ns, r.ServiceAccount)

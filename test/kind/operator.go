@@ -1,10 +1,8 @@
 package kind
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,31 +30,15 @@ const (
 func (c *Cluster) PrometheusOperator(t *testing.T, bin, release string) string {
 	t.Helper()
 	dir := filepath.Join(bin, "prometheus-operator")
-	for _, a := range []string{"operator", "prometheus-config-reloader", "prometheus"} {
+	for _, a := range []string{"operator", "prometheus-config-reloader"} {
 		c.LoadImageArchive(t, filepath.Join(dir, "images", a+".tar"))
 	}
-	kubectl := func(stdin []byte, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-		cmd.Stdin = bytes.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	// create, not apply: the Prometheus CRD is larger than the annotation
-	// client-side apply keeps.
-	var crds []string
-	for _, k := range []string{"prometheuses", "servicemonitors", "podmonitors", "probes", "prometheusrules"} {
-		crds = append(crds, "-f", filepath.Join(dir, "crd", "monitoring.coreos.com_"+k+".yaml"))
-	}
-	kubectl(nil, append([]string{"create"}, crds...)...)
-	kubectl(nil, "wait", "--for=condition=Established", "--timeout=1m", "crd/prometheuses.monitoring.coreos.com",
-		"crd/servicemonitors.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com",
-		"crd/probes.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	c.prometheusAccount(t, bin)
+	c.MonitoringCRDs(t, bin, "prometheuses", "servicemonitors", "podmonitors", "probes", "prometheusrules")
 
 	for _, f := range []string{"prometheus-operator-service-account", "prometheus-operator-cluster-role", "prometheus-operator-cluster-role-binding",
-		"prometheus-operator-service", "prometheus-service-account", "prometheus-cluster-role", "prometheus-cluster-role-binding"} {
-		kubectl(nil, "create", "-f", filepath.Join(dir, "rbac", f+".yaml"))
+		"prometheus-operator-service"} {
+		c.kubectl(t, bin, nil, "create", "-f", filepath.Join(dir, "rbac", f+".yaml"))
 	}
 	// The example Deployment with this project's images; no kubelet Service
 	// (the tests scrape no kubelet).
@@ -74,7 +56,7 @@ func (c *Cluster) PrometheusOperator(t *testing.T, bin, release string) string {
 	if b, err = yaml.Marshal(dep); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(b, "create", "-f", "-")
+	c.kubectl(t, bin, b, "create", "-f", "-")
 
 	match := map[string]any{"matchLabels": map[string]any{"release": release}}
 	prom := map[string]any{
@@ -94,7 +76,7 @@ func (c *Cluster) PrometheusOperator(t *testing.T, bin, release string) string {
 	}
 	// The operator's webhook-free validation accepts it once its CRD is
 	// served; the operator then makes the StatefulSet.
-	kubectl(b, "create", "-f", "-")
+	c.kubectl(t, bin, b, "create", "-f", "-")
 	const pod = "prometheus-prometheus-0"
 	start := time.Now()
 	for {
