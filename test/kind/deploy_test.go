@@ -100,6 +100,8 @@ func TestDeployOverlay(t *testing.T) {
 	// An apiserver restart gives the error and relist panels data; the pod
 	// reconnects through the Service.
 	c.RestartAPIServer(t, 2*time.Minute)
+	// Port-forwards go through the apiserver and end with it.
+	prom = c.PrometheusForward(t)
 	prom.WaitFor(t, fmt.Sprintf(`increase(watchcache_cache_resets_total{pod=%q}[5m]) > 0`, pod), 3*time.Minute)
 	prom.WaitFor(t, fmt.Sprintf(`up{pod=%q} == 1 and on() (time() - max(watchcache_last_probe_success_timestamp_seconds{pod=%q}) < 60)`, pod, pod), 3*time.Minute)
 	// Two samples of the restart's counters in Grafana's rate interval (1m

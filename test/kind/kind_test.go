@@ -176,7 +176,6 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 
 	// Every change of the exporter's pods and of its Lease, in order.
 	type change struct {
-		at         time.Time
 		pod, lease string // the pod that changed, or the Lease's holder
 		stopped    bool   // the pod was deleted or its containers ended
 	}
@@ -204,7 +203,7 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 				// Recreate starts the new pod once the old one's phase is
 				// terminal, before its object is deleted.
 				stopped := ev.Type == watch.Deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-				record(change{at: time.Now(), pod: p.Name, stopped: stopped})
+				record(change{pod: p.Name, stopped: stopped})
 			}
 		}
 	}()
@@ -212,7 +211,7 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 		defer wg.Done()
 		for ev := range lw.ResultChan() {
 			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
-				record(change{at: time.Now(), lease: e2e.Holder(l)})
+				record(change{lease: e2e.Holder(l)})
 			}
 		}
 	}()
@@ -238,20 +237,18 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 	wg.Wait()
 	// The new pod and the Lease's new holder only once the old pod has
 	// stopped, and no third.
-	var oldStopped time.Time
+	oldStopped := false
 	for _, x := range changes {
 		switch {
 		case x.stopped && x.pod == old.Items[0].Name:
-			if oldStopped.IsZero() {
-				oldStopped = x.at
-			}
+			oldStopped = true
 		case x.pod != "" && x.pod != old.Items[0].Name && x.pod != pod:
 			t.Fatalf("a third exporter pod during the upgrade: %s", x.pod)
-		case x.pod == pod && oldStopped.IsZero():
+		case x.pod == pod && !oldStopped:
 			t.Fatalf("pod %s existed before %s stopped", pod, old.Items[0].Name)
 		case x.pod == "" && x.lease != "" && x.lease != old.Items[0].Name && x.lease != pod:
 			t.Fatalf("the Lease held by %s during the upgrade", x.lease)
-		case x.pod == "" && x.lease == pod && oldStopped.IsZero():
+		case x.pod == "" && x.lease == pod && !oldStopped:
 			t.Fatalf("the Lease held by %s before %s stopped", pod, old.Items[0].Name)
 		}
 	}

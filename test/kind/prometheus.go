@@ -55,6 +55,8 @@ func (c *Cluster) prometheusAccount(t *testing.T, bin string) {
 	}
 }
 
+const prometheusPod = "prometheus"
+
 // Prometheus runs the project's Prometheus 3 in the cluster, without the
 // operator, as the pod prometheus in the default namespace with config (a
 // prometheus.yml) and files beside it in /etc/prometheus, and returns it
@@ -71,7 +73,7 @@ func (c *Cluster) Prometheus(t *testing.T, bin, config string, files map[string]
 		ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}, Data: data}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	const pod = "prometheus"
+	pod := prometheusPod
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod},
 		Spec: corev1.PodSpec{
@@ -107,5 +109,12 @@ func (c *Cluster) Prometheus(t *testing.T, bin, config string, files map[string]
 		}
 		time.Sleep(time.Second)
 	}
-	return promtest.Server{Base: fmt.Sprintf("http://127.0.0.1:%d", c.PortForward(t, "default", pod, 9090))}
+	return c.PrometheusForward(t)
+}
+
+// PrometheusForward is the Prometheus that Prometheus started, through a new
+// port-forward.
+func (c *Cluster) PrometheusForward(t *testing.T) promtest.Server {
+	t.Helper()
+	return promtest.Server{Base: fmt.Sprintf("http://127.0.0.1:%d", c.PortForward(t, "default", prometheusPod, 9090))}
 }
