@@ -278,9 +278,10 @@ func (c *Cluster) NodeIP(t *testing.T) string {
 	return ""
 }
 
-// RestartAPIServer stops the node's kube-apiserver with SIGTERM; the
-// kubelet starts it again from its static pod. It returns once the
-// restarted apiserver reports itself ready.
+// RestartAPIServer kills the node's kube-apiserver (SIGKILL: after a
+// SIGTERM it drains for about a minute, longer than the exporter's Lease
+// outlives a renewal); the kubelet starts it again from its static pod. It
+// returns once the restarted apiserver reports itself ready.
 func (c *Cluster) RestartAPIServer(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	ctx := t.Context()
@@ -300,7 +301,7 @@ func (c *Cluster) RestartAPIServer(t *testing.T, timeout time.Duration) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := c.Node(t).Command("pkill", "-x", "kube-apiserver").SetStdout(&out).SetStderr(&out).Run(); err != nil {
+	if err := c.Node(t).Command("pkill", "-KILL", "-x", "kube-apiserver").SetStdout(&out).SetStderr(&out).Run(); err != nil {
 		t.Fatalf("pkill kube-apiserver in %s: %v\n%s", c.Name, err, out.String())
 	}
 	start := time.Now()
@@ -308,12 +309,12 @@ func (c *Cluster) RestartAPIServer(t *testing.T, timeout time.Duration) {
 		n, err := restarts()
 		if err == nil && n > before {
 			if _, err = c.CS.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
-				t.Logf("kube-apiserver restarted and ready %s after SIGTERM", time.Since(start).Round(100*time.Millisecond))
+				t.Logf("kube-apiserver restarted and ready %s after SIGKILL", time.Since(start).Round(100*time.Millisecond))
 				return
 			}
 		}
 		if time.Since(start) > timeout {
-			t.Fatalf("kube-apiserver of %s: not restarted and ready %s after SIGTERM (restarts %d, before %d: %v)\n%s", c.Name, timeout, n, before, err, c.nodeLogs())
+			t.Fatalf("kube-apiserver of %s: not restarted and ready %s after SIGKILL (restarts %d, before %d: %v)\n%s", c.Name, timeout, n, before, err, c.nodeLogs())
 		}
 		time.Sleep(time.Second)
 	}
