@@ -79,10 +79,16 @@ func TestManyResources(t *testing.T) {
 	}
 
 	// The apiserver's own count of requests for the CRDs, over three
-	// intervals: per resource a probe and a count each interval.
-	before, from := crdRequests(t, c, ""), time.Now()
-	time.Sleep(3 * ivl)
-	after, secs := crdRequests(t, c, ""), time.Since(from).Seconds()
+	// intervals: per resource a probe and a count each interval. A round's
+	// probes go out together, so the three intervals start between two
+	// rounds' probes (half an interval after a round's gauges change):
+	// starting anywhere, they could hold four rounds' (cold run 6).
+	end := roundEnd(t, exp, ivl)
+	time.Sleep(time.Until(end.Add(ivl / 2)))
+	from := time.Now()
+	before := crdRequests(t, c, "")
+	time.Sleep(time.Until(from.Add(3 * ivl)))
+	after, secs := crdRequests(t, c, ""), (3 * ivl).Seconds()
 	rate := (after - before) / secs
 	perResource := rate / crds
 	total := perResource * float64(served-1)
@@ -256,6 +262,24 @@ func waitServed(t *testing.T, admin kubernetes.Interface, n int) {
 }
 
 // windows counts the window series and those with a known window.
+// roundEnd waits until a round of probes has ended, as the change of a
+// CRD's window gauge tells (the round sets the gauges once its probes have
+// answered), and returns when.
+func roundEnd(t *testing.T, exp *exportertest.Exporter, ivl time.Duration) time.Time {
+	t.Helper()
+	window := func() float64 {
+		return exp.Scrape(t).Value(t, "watchcache_window_seconds", "group", crdGroup, "resource", plural(1))
+	}
+	first := window()
+	for deadline := time.Now().Add(2 * ivl); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if w := window(); w != first {
+			return time.Now()
+		}
+	}
+	t.Fatalf("the window of %s unchanged for two intervals (%s)", plural(1), 2*ivl)
+	return time.Time{}
+}
+
 func windows(m exportertest.Metrics) (n, known int) {
 	for _, x := range m["watchcache_window_seconds"].GetMetric() {
 		n++

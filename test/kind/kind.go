@@ -34,6 +34,7 @@ import (
 	kindexec "sigs.k8s.io/kind/pkg/exec"
 	kindlog "sigs.k8s.io/kind/pkg/log"
 
+	"github.com/watchcache/watchcache-exporter/test/e2e"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
@@ -172,6 +173,33 @@ func Start(t *testing.T, cfg *v1alpha4.Cluster, slots int) *Cluster {
 	}
 	c.CS = kubernetes.NewForConfigOrDie(c.Config)
 	return c
+}
+
+// Files checks that make kind-image image built what the kind tests need,
+// and returns bin/ and the exporter's image archive in it.
+func Files(t *testing.T) (bin, archive string) {
+	t.Helper()
+	testcluster.Real(t)
+	bin = filepath.Join(e2e.Root(t), "bin")
+	archive = filepath.Join(bin, "watchcache-exporter-image.tar")
+	op := filepath.Join(bin, "prometheus-operator")
+	for _, need := range []string{archive, filepath.Join(op, "crd", "monitoring.coreos.com_prometheuses.yaml"), filepath.Join(op, "images", "prometheus.tar"), filepath.Join(bin, "kubectl")} {
+		if _, err := os.Stat(need); err != nil {
+			testcluster.Missing(t, need+" is missing; make kind-image image builds it")
+		}
+	}
+	return bin, archive
+}
+
+// StartWithImage starts a one-node cluster as Start does, waits until
+// every kube-system pod is Ready, loads the exporter's image archive into
+// it, and returns it also as an e2e.Cluster, for kubectl.
+func StartWithImage(t *testing.T, bin, archive string) (*Cluster, e2e.Cluster) {
+	t.Helper()
+	c := Start(t, Config(true), 2)
+	c.WaitSystemPods(t, 3*time.Minute)
+	c.LoadImageArchive(t, archive)
+	return c, e2e.Cluster{Kubectl: filepath.Join(bin, "kubectl"), Kubeconfig: c.Kubeconfig, Config: c.Config, CS: c.CS}
 }
 
 // nodeLogs is the end of the node's kubelet and containerd journals and its

@@ -45,20 +45,9 @@ func TestMain(m *testing.M) { os.Exit(exportertest.Main(m)) }
 // and uninstalled; `kubectl watchcache experiment` on the cluster's own
 // kubeconfig context.
 func TestUserPath(t *testing.T) {
-	testcluster.Real(t)
 	root := e2e.Root(t)
-	bin := filepath.Join(root, "bin")
-	archive := filepath.Join(bin, "watchcache-exporter-image.tar")
-	op := filepath.Join(bin, "prometheus-operator")
-	for _, need := range []string{archive, filepath.Join(op, "crd", "monitoring.coreos.com_prometheuses.yaml"), filepath.Join(op, "images", "prometheus.tar"), filepath.Join(bin, "kubectl")} {
-		if _, err := os.Stat(need); err != nil {
-			testcluster.Missing(t, need+" is missing; make kind-image image builds it")
-		}
-	}
-	c := kind.Start(t, kind.Config(true), 2)
-	c.WaitSystemPods(t, 3*time.Minute)
-	c.LoadImageArchive(t, archive)
-	ec := e2e.Cluster{Kubectl: filepath.Join(bin, "kubectl"), Kubeconfig: c.Kubeconfig, Config: c.Config, CS: c.CS}
+	bin, archive := kind.Files(t)
+	c, ec := kind.StartWithImage(t, bin, archive)
 
 	t.Run("beside a Prometheus Operator, as kube-prometheus-stack's", func(t *testing.T) {
 		// The stack's release name, which its Prometheus selects by.

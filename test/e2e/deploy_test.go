@@ -1,4 +1,4 @@
-package kind_test
+package e2e_test
 
 import (
 	"bytes"
@@ -15,29 +15,23 @@ import (
 
 	"github.com/watchcache/watchcache-exporter/monitoring"
 	"github.com/watchcache/watchcache-exporter/test/e2e"
+	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/kind"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
 
+func TestMain(m *testing.M) { os.Exit(exportertest.Main(m)) }
+
 // TestDeployOverlay deploys deploy/ (the base with the prometheus-operator,
 // APF, discovery and resources components) from the image `make image`
-// built onto a kind cluster, scrapes it with a Prometheus in the cluster
+// built onto a kind cluster (test/kind; its own package, so that it runs
+// beside test/kind's own test), scrapes it with a Prometheus in the cluster
 // through Kubernetes service discovery (deploy/examples/kubernetes-sd),
 // restarts the apiserver, replaces the pod, and deletes it all again.
 func TestDeployOverlay(t *testing.T) {
-	testcluster.Real(t)
 	root := e2e.Root(t)
-	bin := filepath.Join(root, "bin")
-	archive := filepath.Join(bin, "watchcache-exporter-image.tar")
-	for _, need := range []string{archive, filepath.Join(bin, "prometheus-operator", "images", "prometheus.tar"), filepath.Join(bin, "kubectl")} {
-		if _, err := os.Stat(need); err != nil {
-			testcluster.Missing(t, need+" is missing; make kind-image image builds it")
-		}
-	}
-	c := kind.Start(t, kind.Config(true), 2)
-	c.WaitSystemPods(t, 3*time.Minute)
-	c.LoadImageArchive(t, archive)
-	ec := e2e.Cluster{Kubectl: filepath.Join(bin, "kubectl"), Kubeconfig: c.Kubeconfig, Config: c.Config, CS: c.CS}
+	bin, archive := kind.Files(t)
+	c, ec := kind.StartWithImage(t, bin, archive)
 	c.MonitoringCRDs(t, bin, "servicemonitors", "prometheusrules")
 	rules, err := os.ReadFile(filepath.Join(root, "monitoring", "rules.yml"))
 	if err != nil {
