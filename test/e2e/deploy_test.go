@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
 	"github.com/watchcache/watchcache-exporter/monitoring"
@@ -78,16 +75,7 @@ func TestDeployOverlay(t *testing.T) {
 
 	// The load's patches went through the APF component's FlowSchema, as
 	// the apiserver counts them.
-	raw, err := c.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := testcluster.Value(fams, "apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": "watchcache-exporter"}); err != nil || v == 0 {
+	if v, err := testcluster.Value(c.APIServerMetrics(t), "apiserver_flowcontrol_dispatched_requests_total", map[string]string{"flow_schema": "watchcache-exporter"}); err != nil || v == 0 {
 		t.Errorf("requests dispatched through FlowSchema watchcache-exporter: %v (%v)", v, err)
 	}
 

@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -288,6 +291,21 @@ func (c *Cluster) Node(t *testing.T) nodes.Node {
 		t.Fatalf("nodes of %s: %v (%v)", c.Name, ns, err)
 	}
 	return ns[0]
+}
+
+// APIServerMetrics reads the kind apiserver's /metrics.
+func (c *Cluster) APIServerMetrics(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	raw, err := c.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }
 
 // NodeIP is the node's InternalIP, where the apiserver listens.

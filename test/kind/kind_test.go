@@ -284,16 +284,7 @@ func upgradeRate(t *testing.T, c *kind.Cluster, ec e2e.Cluster, r e2e.Release, r
 // ConfigMaps.
 func apiserverCapacity(t *testing.T, c *kind.Cluster) float64 {
 	t.Helper()
-	raw, err := c.CS.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := testcluster.Value(fams, "watch_cache_capacity", map[string]string{"resource": "configmaps"})
+	v, err := testcluster.Value(c.APIServerMetrics(t), "watch_cache_capacity", map[string]string{"resource": "configmaps"})
 	if err != nil {
 		t.Fatal(err)
 	}
