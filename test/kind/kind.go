@@ -141,6 +141,10 @@ func Start(t *testing.T, cfg *v1alpha4.Cluster, slots int) *Cluster {
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
 	c := &Cluster{Name: Prefix + hex.EncodeToString(suffix), Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
+	// Claimed before it exists, and released after its deletion (cleanups
+	// run last in, first out), so that no other binary's removeLeftovers
+	// takes it for a leftover.
+	testcluster.Claim(t, c.Name)
 	// A network of the test's own, which kind finds and uses, so that it
 	// can be deleted with the cluster; kind keeps its default one.
 	if out, err := podman(t.Context(), "network", "create", c.Name); err != nil {
@@ -222,7 +226,8 @@ func (c *Cluster) nodeLogs() string {
 }
 
 // removeLeftovers deletes the clusters and networks of this harness that a
-// run killed before its cleanup left.
+// run killed before its cleanup left, sparing those another running test
+// binary claimed (the kind tests live in more than one package).
 func removeLeftovers(t *testing.T) {
 	t.Helper()
 	p := cluster.NewProvider(cluster.ProviderWithPodman())
@@ -231,7 +236,7 @@ func removeLeftovers(t *testing.T) {
 		t.Fatalf("kind get clusters: %v", err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, Prefix) {
+		if strings.HasPrefix(n, Prefix) && !testcluster.Claimed(t, n) {
 			t.Logf("deleting kind cluster %s, left by an earlier run", n)
 			if err := p.Delete(n, ""); err != nil {
 				t.Fatalf("delete kind cluster %s: %v", n, err)
@@ -243,7 +248,7 @@ func removeLeftovers(t *testing.T) {
 		t.Fatalf("podman network ls: %v\n%s", err, out)
 	}
 	for n := range strings.FieldsSeq(string(out)) {
-		if strings.HasPrefix(n, Prefix) {
+		if strings.HasPrefix(n, Prefix) && !testcluster.Claimed(t, n) {
 			t.Logf("deleting podman network %s, left by an earlier run", n)
 			if out, err := podman(t.Context(), "network", "rm", n); err != nil {
 				t.Fatalf("podman network rm %s: %v\n%s", n, err, out)

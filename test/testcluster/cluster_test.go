@@ -305,3 +305,21 @@ func next(ctx context.Context, t *testing.T, w watch.Interface) watch.Event {
 }
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+// A claim holds while its test runs and ends with it: what removeLeftovers of
+// the kind harness relies on to spare another binary's cluster.
+func TestClaim(t *testing.T) {
+	name := fmt.Sprintf("claim-test-%d", os.Getpid())
+	if testcluster.Claimed(t, name) {
+		t.Fatalf("%s claimed before anyone claimed it", name)
+	}
+	t.Run("held", func(t *testing.T) {
+		testcluster.Claim(t, name)
+		if !testcluster.Claimed(t, name) {
+			t.Errorf("%s not claimed while its claim holds", name)
+		}
+	})
+	if testcluster.Claimed(t, name) {
+		t.Errorf("%s still claimed after its test ended", name)
+	}
+}

@@ -153,6 +153,34 @@ func tryLockFile(t testing.TB, name string) *os.File {
 	return f
 }
 
+// Claim marks name as in use by this process for as long as t runs, through
+// a lock file the kernel drops when the process dies; Claimed tells another
+// process whether a live one holds it. Harnesses that delete what an
+// interrupted run left use it to spare what a running test binary made.
+func Claim(t testing.TB, name string) {
+	t.Helper()
+	f := tryLockFile(t, "claim-"+name)
+	if f == nil {
+		t.Fatalf("%s is claimed by another running test", name)
+	}
+	t.Cleanup(func() {
+		os.Remove(f.Name())
+		f.Close()
+	})
+}
+
+// Claimed reports whether a live process holds Claim's lock on name.
+func Claimed(t testing.TB, name string) bool {
+	t.Helper()
+	f := tryLockFile(t, "claim-"+name)
+	if f == nil {
+		return true
+	}
+	os.Remove(f.Name())
+	f.Close()
+	return false
+}
+
 // tryLock locks the named lock file of the machine's tests without waiting:
 // nil when another process holds it. FreePort's reservations use it too.
 func tryLock(name string) (*os.File, error) {
