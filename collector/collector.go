@@ -125,14 +125,21 @@ type Collector struct {
 	last        struct {  // at the last probe that read O
 		known          bool
 		oldest, newest uint64
+		at             time.Time // its answer
+		window         float64   // the window it measured, s (NaN: unknown)
 	}
 	cycle struct {
 		active bool
 		r0     uint64
 		t0     time.Time
-		w0     uint64 // own writes before the touch
+		w0     uint64    // own writes before the touch
+		served time.Time // the last answer that served r0 (at first the touch)
 	}
 }
+
+// minCapacity is the smallest capacity of a watch cache: it holds at least
+// this many events however it shrinks.
+const minCapacity = 100
 
 type firstBookmark struct {
 	rv    uint64
@@ -275,7 +282,10 @@ func (c *Collector) Run(ctx context.Context) {
 // whether or not a cycle could start.
 func (c *Collector) probe(ctx context.Context) {
 	if time.Now().Before(c.holdUntil) {
-		return // the apiserver asked for a pause (429 with Retry-After)
+		// The apiserver asked for a pause (429 or 503 with Retry-After): a
+		// gap in probing, whose windows go stale as an outage's do.
+		c.checkStale()
+		return
 	}
 	if !c.cycle.active {
 		c.startCycle(ctx)
@@ -315,20 +325,56 @@ func (c *Collector) probe(ctx context.Context) {
 		c.record(FromBookmark, bookmark)
 	}
 	c.record("", window)
-	for _, r := range []ProbeResult{stale, bookmark, window} {
-		if d := retryAfter(r.Err); d > 0 && r.Answered.Add(d).After(c.holdUntil) {
-			c.holdUntil = r.Answered.Add(d)
-			c.log.V(1).Info("probes paused as the apiserver asked", "for", d, "reason", promopts.Reason(r.Err))
-		}
-	}
+	c.pauseAsAsked(stale, bookmark, window)
 	c.pred.Advance(time.Now(), c.rate())
 	reset := c.recordWindow(window, stale, snap)
-	if c.cycle.active && stale.Outcome == Expired {
-		if reset {
-			c.log.Info("expiry cycle abandoned: the stale resourceVersion was refused because the cache was reset, not because it expired", "staleResourceVersion", c.cycle.r0)
-			c.cycle.active = false
-		} else {
-			c.endCycle(ctx, stale, staleInCache, staleWrites, bookmark, bookmarkRV, bookmarkAt)
+	if !c.cycle.active {
+		return
+	}
+	switch gap := stale.At.Sub(c.cycle.served); {
+	case stale.Outcome == OK:
+		c.cycle.served = stale.Answered
+	case stale.Outcome != Expired:
+	case reset:
+		c.discardCycle("cache_reset", "the stale resourceVersion was refused because the cache was reset, not because it expired")
+	case gap > c.gapAfter():
+		// No answer for a while (an outage, or a pause asked for): the 410
+		// came somewhere in the gap, and stamping it now would lengthen
+		// the expiry by up to the gap.
+		c.discardCycle("probe_gap", "no probe was answered for "+gap.Round(time.Second).String()+" before the refusal: the expiry lies somewhere in that gap",
+			"servedUntil", c.cycle.served, "refusedBy", stale.Answered)
+	default:
+		c.endCycle(ctx, stale, staleInCache, staleWrites, bookmark, bookmarkRV, bookmarkAt)
+	}
+}
+
+// gapAfter is how long the probes may go unanswered before the
+// measurement across them is a guess: as long as the window gauges stay.
+func (c *Collector) gapAfter() time.Duration {
+	return time.Duration(c.cfg.StaleAfter) * c.cfg.ProbeInterval
+}
+
+func (c *Collector) discardCycle(reason, why string, kv ...any) {
+	c.m.cyclesDiscarded.WithLabelValues(reason).Inc()
+	c.log.Info("expiry cycle discarded: "+why, append([]any{"staleResourceVersion", c.cycle.r0, "reason", reason}, kv...)...)
+	c.cycle.active = false
+}
+
+// pauseAsAsked pauses the probes for as long as an answer's Retry-After
+// asks, up to pause.MaxAsked.
+func (c *Collector) pauseAsAsked(results ...ProbeResult) {
+	for _, r := range results {
+		d, asked := pause.Asked(r.Err)
+		if d <= 0 {
+			continue
+		}
+		c.m.pauses.WithLabelValues(strconv.FormatBool(asked > d)).Inc()
+		if asked > d {
+			c.errLog.Error("pause-capped", r.Err, "the apiserver asked for a longer pause of the probes than the exporter takes", "asked", asked, "pause", d)
+		}
+		if r.Answered.Add(d).After(c.holdUntil) {
+			c.holdUntil = r.Answered.Add(d)
+			c.log.V(1).Info("probes paused as the apiserver asked", "for", d, "reason", promopts.Reason(r.Err))
 		}
 	}
 }
@@ -356,7 +402,7 @@ func (c *Collector) startCycle(ctx context.Context) {
 	t0 := time.Now()
 	c.m.quietTouches.Inc()
 	c.hist.ObserveWrite(rv, t0)
-	c.cycle.active, c.cycle.r0, c.cycle.t0, c.cycle.w0 = true, rv, t0, c.hist.OwnWrites()
+	c.cycle.active, c.cycle.r0, c.cycle.t0, c.cycle.w0, c.cycle.served = true, rv, t0, c.hist.OwnWrites(), t0
 	c.m.distanceLive.Set(nan)
 	c.log.V(1).Info("expiry cycle started", "resourceVersion", rv)
 }
@@ -384,13 +430,9 @@ func (c *Collector) record(from string, r ProbeResult) {
 // refusal names O too, and stands in when the window probe failed.
 func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapshot) (reset bool) {
 	if window.Outcome == Error {
-		if !c.stale && time.Since(c.lastSuccess) >= time.Duration(c.cfg.StaleAfter)*c.cfg.ProbeInterval {
-			c.stale = true
-			c.log.Info("window unknown: the window probe has failed for "+strconv.Itoa(c.cfg.StaleAfter)+" probe intervals", "since", c.lastSuccess)
-			c.setWindowUnknown()
-		}
+		c.checkStale()
 		if stale.Outcome == Expired && stale.Refusal.Oldest != 0 {
-			return c.checkReset(stale.Refusal.Oldest, snap.Newest)
+			return c.checkReset(stale.Refusal.Oldest, snap.Newest, stale.Answered, nan)
 		}
 		return false
 	}
@@ -421,7 +463,8 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 		c.setWindowUnknown()
 		return false
 	}
-	reset = c.checkReset(oldest, snap.Newest)
+	seconds, lower := windowSeconds(c.hist.Clock, oldest, window.Answered)
+	reset = c.checkReset(oldest, snap.Newest, window.Answered, seconds)
 	if c.cycle.active {
 		c.m.distanceLive.Set(rvDistance(oldest, c.cycle.r0))
 	}
@@ -433,21 +476,38 @@ func (c *Collector) recordWindow(window, stale ProbeResult, snap rvclock.Snapsho
 	} else {
 		c.m.newestRV.Set(nan)
 	}
-	seconds, lower := windowSeconds(c.hist.Clock, oldest, window.Answered)
 	c.m.windows.set(Window{Resource: "configmaps", Oldest: oldest, Seconds: seconds, LowerBound: lower == 1}, rvs)
 	return reset
 }
 
-// checkReset compares the cache's oldest RV with the last probe's. Events
-// leave the cache oldest first, and never all of those known at the last
-// probe within one probe interval (the cache holds 75 s of writes at least):
-// an oldest RV at or past the newest RV known then means the cache was
-// rebuilt from a fresh list, by a restart of the apiserver or a relist of
-// its own.
-func (c *Collector) checkReset(oldest, newest uint64) bool {
+// checkStale turns the window gauges to NaN once the window probe has gone
+// unanswered for StaleAfter probe intervals.
+func (c *Collector) checkStale() {
+	if !c.stale && time.Since(c.lastSuccess) >= c.gapAfter() {
+		c.stale = true
+		c.log.Info("window unknown: the window probe has not been answered for "+strconv.Itoa(c.cfg.StaleAfter)+" probe intervals", "since", c.lastSuccess)
+		c.setWindowUnknown()
+	}
+}
+
+// checkReset compares the cache's oldest RV, as answered at at, with the
+// last probe's; seconds is the window it gives (NaN: unknown). Events leave
+// the cache oldest first: an oldest RV at or past the newest RV known at the
+// last probe means the cache was rebuilt from a fresh list (a restart of the
+// apiserver or a relist of its own), unless the cache could have dropped
+// that write by itself since (see dropped). Then, as after a long outage of
+// this apiserver, nothing tells a reset from the window's normal progress,
+// and none is counted.
+func (c *Collector) checkReset(oldest, newest uint64, at time.Time, seconds float64) bool {
 	prev := c.last
-	c.last.known, c.last.oldest, c.last.newest = true, oldest, max(newest, oldest)
+	c.last.known, c.last.oldest, c.last.newest, c.last.at, c.last.window = true, oldest, max(newest, oldest), at, seconds
 	if !prev.known || oldest <= prev.oldest || oldest < prev.newest {
+		return false
+	}
+	if c.dropped(prev.newest, prev.window, prev.at, newest, at) {
+		c.m.resetsUnknown.Inc()
+		c.log.Info("the oldest resourceVersion is past every write known at the last answered probe, which the cache may have dropped by itself since: not counted as a reset",
+			"oldestResourceVersion", oldest, "newestKnownAtLastProbe", prev.newest, "lastProbeAnswered", prev.at, "gap", at.Sub(prev.at).Round(time.Second))
 		return false
 	}
 	c.m.cacheResets.Inc()
@@ -455,6 +515,29 @@ func (c *Collector) checkReset(oldest, newest uint64) bool {
 	c.log.Info("the apiserver's watch cache was reset (a restart, or a relist of its own): every older resourceVersion is refused; the prediction starts again",
 		"oldestResourceVersion", oldest, "previousOldest", prev.oldest, "newestKnownAtLastProbe", prev.newest)
 	return true
+}
+
+// dropped says whether a cache that was not rebuilt could have dropped the
+// write at rv by now (at), rv having been the newest known at a probe that
+// measured window (s, NaN: unknown) answered at then, and newest the newest
+// RV known now. It
+// holds at least minCapacity events, so fewer resourceVersions since rv
+// cannot have pushed it out. Otherwise it keeps an event for its history
+// window (it grows instead of dropping younger ones), or at the capacity's
+// cap for the window measured last: rv may be gone once it is that old.
+func (c *Collector) dropped(rv uint64, window float64, then time.Time, newest uint64, at time.Time) bool {
+	if newest < rv+minCapacity {
+		return false
+	}
+	keep := c.cfg.HistoryWindow.Seconds()
+	if window < keep { // false for NaN
+		keep = window
+	}
+	age, _, ok := c.hist.Clock.Age(rv, at)
+	if !ok {
+		age = at.Sub(then).Seconds() // at least the gap since that probe
+	}
+	return age >= keep
 }
 
 // windowSeconds is the window of a cache whose oldest servable RV is
@@ -547,13 +630,4 @@ func rvDistance(a, b uint64) float64 {
 		return float64(a - b)
 	}
 	return -float64(b - a)
-}
-
-// retryAfter is the pause an answer asks for (429 or 5xx with Retry-After;
-// finalanswer keeps it in the Status), 0 if none.
-func retryAfter(err error) time.Duration {
-	if secs, ok := apierrors.SuggestsClientDelay(err); ok && secs > 0 {
-		return time.Duration(secs) * time.Second
-	}
-	return 0
 }

@@ -456,3 +456,112 @@ func TestProbesPauseAsAsked(t *testing.T) {
 		}
 	})
 }
+
+// An outage of the probes longer than the window: the cache drops every
+// write known before it by itself, so that its oldest RV past them is no
+// evidence of a reset. The cycle whose 410 came in the outage is discarded,
+// not stamped at the first answer after it.
+func TestOutageLongerThanTheWindowIsNotAReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		srv.Capacity = 100 // 10 s of history at 10 writes/s
+		r := start(t, srv, collector.Config{}, 100*time.Millisecond)
+		time.Sleep(5500 * time.Millisecond)
+		srv.Lock()
+		srv.ProbeErr = func(string) error { return errors.New("i/o timeout") }
+		srv.Unlock()
+		time.Sleep(30 * time.Second) // the first cycle's 410 is due at about 10 s
+		srv.Lock()
+		srv.ProbeErr = nil
+		srv.Unlock()
+		time.Sleep(2 * time.Second)
+		compare(t, r, `
+# HELP watchcache_cache_resets_total Times this apiserver's watch cache was rebuilt (its restart, or a relist of its own): its oldest resourceVersion jumped past every write known at the previous probe.
+# TYPE watchcache_cache_resets_total counter
+watchcache_cache_resets_total 0
+`, "watchcache_cache_resets_total")
+		if n := r.value(t, "watchcache_cache_resets_unknown_total"); n != 1 {
+			t.Errorf("%v unknowable resets counted after a 30 s outage of a 10 s window, want 1", n)
+		}
+		if n := r.value(t, "watchcache_expiry_cycles_discarded_total", "reason", "probe_gap"); n != 1 {
+			t.Errorf("%v cycles discarded for the gap, want the one whose 410 came in it", n)
+		}
+		if n := r.value(t, "watchcache_expiry_seconds"); n != 0 {
+			t.Errorf("%v expiries observed across the outage, want 0", n)
+		}
+		if w := r.value(t, "watchcache_window_seconds"); math.Abs(w-10) > 0.5 {
+			t.Errorf("window %v s after the outage, want about 10", w)
+		}
+		time.Sleep(12 * time.Second)
+		r.stop()
+		if n := r.value(t, "watchcache_expiry_seconds"); n != 1 {
+			t.Errorf("%v expiries 12 s after the outage, want the next cycle's 1", n)
+		}
+		if e := r.value(t, "watchcache_expiry_last_seconds"); math.Abs(e-10) > 1.1 {
+			t.Errorf("the cycle after the outage expired after %v s, want about 10", e)
+		}
+	})
+}
+
+// An outage shorter than the window that spans a cycle's 410: no reset, and
+// the cycle is discarded, not given an expiry up to the outage's length late.
+func TestOutageAcrossTheRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		srv.Capacity = 100
+		r := start(t, srv, collector.Config{}, 100*time.Millisecond)
+		time.Sleep(7500 * time.Millisecond)
+		srv.Lock()
+		srv.ProbeErr = func(string) error { return errors.New("i/o timeout") }
+		srv.Unlock()
+		time.Sleep(5 * time.Second) // the 410 is due at about 10 s
+		srv.Lock()
+		srv.ProbeErr = nil
+		srv.Unlock()
+		time.Sleep(1500 * time.Millisecond)
+		if n := r.value(t, "watchcache_expiry_seconds"); n != 0 {
+			t.Errorf("%v expiries observed (the last %v s) for a 410 that came in a 5 s outage, want it discarded", n, r.value(t, "watchcache_expiry_last_seconds"))
+		}
+		if n := r.value(t, "watchcache_expiry_cycles_discarded_total", "reason", "probe_gap"); n != 1 {
+			t.Errorf("%v cycles discarded for the gap, want 1", n)
+		}
+		r.stop()
+		for _, name := range []string{"watchcache_cache_resets_total", "watchcache_cache_resets_unknown_total"} {
+			if n := r.value(t, name); n != 0 {
+				t.Errorf("%s %v after a 5 s outage of a 10 s window, want 0", name, n)
+			}
+		}
+	})
+}
+
+// A Retry-After longer than a minute is capped, counted and logged; while
+// paused, the window goes stale as in an outage.
+func TestLongRetryAfterIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := fakecache.New(100)
+		srv.Capacity = 100
+		r := start(t, srv, collector.Config{}, 100*time.Millisecond)
+		time.Sleep(3500 * time.Millisecond)
+		srv.Lock()
+		srv.ProbeErr = func(string) error {
+			return apierrors.NewTooManyRequests("Too many requests, please try again later.", 3600)
+		}
+		srv.Unlock()
+		time.Sleep(1500 * time.Millisecond)
+		srv.Lock()
+		srv.ProbeErr = nil
+		srv.Unlock()
+		time.Sleep(4 * time.Second)
+		if w := r.value(t, "watchcache_window_seconds"); !math.IsNaN(w) {
+			t.Errorf("window %v s 4 s into a pause, want NaN as after 3 failed probe intervals", w)
+		}
+		if n := r.value(t, "watchcache_probe_pauses_total", "capped", "true"); n < 1 {
+			t.Errorf("%v capped pauses counted for a Retry-After of an hour, want at least 1", n)
+		}
+		time.Sleep(60 * time.Second)
+		r.stop()
+		if w := r.value(t, "watchcache_window_seconds"); math.Abs(w-10) > 0.5 {
+			t.Errorf("window %v s 65 s after a Retry-After of an hour, want about 10: the pause is capped at 60 s", w)
+		}
+	})
+}

@@ -144,6 +144,9 @@ type Metrics struct {
 	estimatedCapacity   prometheus.Gauge
 	lastProbeSuccess    prometheus.Gauge
 	cacheResets         prometheus.Counter
+	resetsUnknown       prometheus.Counter
+	cyclesDiscarded     *prometheus.CounterVec
+	pauses              *prometheus.CounterVec
 	reconnects          *prometheus.CounterVec
 	refusals            *prometheus.CounterVec
 	cycles              *prometheus.CounterVec
@@ -176,7 +179,7 @@ func newMetrics(reg *recordingRegisterer, t tables) *Metrics {
 			"Time between consecutive periodic BOOKMARK events on one bookmark watch; the BOOKMARK sent just before a watch's timeoutSeconds is not a period and is left out.", bookmarkBuckets)),
 		pretimeoutBookmarks: c("pretimeout_bookmarks_total", "BOOKMARKs the apiserver sent about 2 s before a watch's timeoutSeconds (left out of watchcache_bookmark_interval_seconds)."),
 		expiry: f.NewHistogram(promopts.Histogram("expiry_seconds",
-			"Time from obtaining a resourceVersion to the first 410 Gone when reconnecting from it (time to first 410). Cycles ended by a cache reset are left out.", expiryBuckets)),
+			"Time from obtaining a resourceVersion to the first 410 Gone when reconnecting from it (time to first 410). Cycles ended by a cache reset, or whose refusal came in a gap of the probes, are left out (watchcache_expiry_cycles_discarded_total).", expiryBuckets)),
 		expiryLast: g("expiry_last_seconds", "The last observation of watchcache_expiry_seconds."),
 		distance: f.NewHistogram(promopts.Histogram("stale_distance_resource_versions",
 			"At each first 410: the watch cache's oldest servable resourceVersion minus the refused one.", distanceBuckets)),
@@ -187,6 +190,9 @@ func newMetrics(reg *recordingRegisterer, t tables) *Metrics {
 		estimatedCapacity: g("estimated_capacity_events", "The exporter's own ConfigMap writes newer than the cache's oldest resourceVersion: a lower bound of the watch cache's capacity, equal to it where the exporter is the only ConfigMap writer."),
 		lastProbeSuccess:  g("last_probe_success_timestamp_seconds", "When the window probe last got an answer from this apiserver (Unix time)."),
 		cacheResets:       c("cache_resets_total", "Times this apiserver's watch cache was rebuilt (its restart, or a relist of its own): its oldest resourceVersion jumped past every write known at the previous probe."),
+		resetsUnknown:     c("cache_resets_unknown_total", "Times the oldest resourceVersion was found past every write known at the previous answered probe after a gap (an outage of this apiserver, a pause) long enough for the cache to have dropped them by itself: a reset in the gap cannot be told from the window's progress, and none is counted."),
+		cyclesDiscarded:   cv("expiry_cycles_discarded_total", "Expiry cycles left out of watchcache_expiry_seconds, by why: cache_reset (the stale resourceVersion was refused because the cache was rebuilt), probe_gap (no probe was answered for 3 probe intervals or more before the refusal, so its time is not known).", "reason"),
+		pauses:            cv("probe_pauses_total", "Pauses of the probes that an apiserver asked for with Retry-After; capped=\"true\" where it asked for more than 60 s, and the pause was 60 s.", "capped"),
 		reconnects:        cv("reconnects_total", "Reconnect probes, by the kind of resourceVersion they started from and their result.", "from", "result"),
 		refusals:          cv("refusals_total", "410 Gone answers seen by probes, by which store refused: the watch cache, or etcd compaction.", "source"),
 		cycles:            cv("expiry_cycles_total", "Completed expiry cycles, by the result of the reconnect from the latest BOOKMARK at the moment the stale resourceVersion was refused.", "bookmark_result"),
@@ -205,6 +211,12 @@ func newMetrics(reg *recordingRegisterer, t tables) *Metrics {
 	}
 	for _, r := range []string{OK.String(), Expired.String(), Error.String(), "none"} {
 		m.cycles.WithLabelValues(r)
+	}
+	for _, r := range []string{"cache_reset", "probe_gap"} {
+		m.cyclesDiscarded.WithLabelValues(r)
+	}
+	for _, capped := range []string{"false", "true"} {
+		m.pauses.WithLabelValues(capped)
 	}
 	for _, from := range []string{FromStale, FromBookmark} {
 		for _, r := range []Outcome{OK, Expired, Error} {

@@ -79,7 +79,8 @@ type watcher struct {
 	// relist lists (and if need be creates) quiet and returns the RV to
 	// watch from.
 	relist func(ctx context.Context) (uint64, error)
-	// retryAfter is the pause the last failed request asked for; owned by run.
+	// retryAfter is the pause the last failed request asked for (at most
+	// pause.MaxAsked); owned by run.
 	retryAfter time.Duration
 
 	events atomic.Uint64 // every event seen, over all its watches
@@ -124,7 +125,7 @@ func (w *watcher) run(ctx context.Context, rv uint64) {
 			var err error
 			if rv, err = w.relist(ctx); err != nil {
 				if ctx.Err() == nil {
-					w.retryAfter = retryAfter(err)
+					w.retryAfter, _ = pause.Asked(err)
 					w.m.apiErrors.WithLabelValues("relist", promopts.Reason(err)).Inc()
 					w.errLog.Error("relist-"+promopts.Reason(err), err, "relist failed", "watcher", w.name)
 					backoff("relist")
@@ -174,7 +175,7 @@ func (w *watcher) watchOnce(ctx context.Context, rv uint64) (uint64, string) {
 		case isGone(err):
 			return rv, endExpired
 		}
-		w.retryAfter = retryAfter(err)
+		w.retryAfter, _ = pause.Asked(err)
 		w.m.apiErrors.WithLabelValues("watch", promopts.Reason(err)).Inc()
 		w.errLog.Error("open-"+promopts.Reason(err), err, "watch failed to open", "watcher", w.name, "resourceVersion", rv)
 		return rv, endError

@@ -79,16 +79,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // parts are the exporter's pieces, built and checked before any of them runs.
 type parts struct {
-	cfg    config
-	log    logr.Logger
-	slog   *slog.Logger
-	core   kube.Core // the measurement's client
-	store  *owned.Store
-	leader *leader.Elector
-	hist   *rvclock.History
-	rates  *rvclock.Rates
-	writer *load.Writer
-	fleet  *apiservers.Fleet
+	cfg  config
+	log  logr.Logger
+	slog *slog.Logger
+	core kube.Core // the measurement's client
+	// unthrottled, for the objects' check at start and their deletion at
+	// the stop, each a few requests at a time (owned.Store paces them).
+	unthrottled kube.Core
+	store       *owned.Store
+	leader      *leader.Elector
+	hist        *rvclock.History
+	rates       *rvclock.Rates
+	writer      *load.Writer
+	fleet       *apiservers.Fleet
 	// The resources of --resources, and their object counts.
 	resources *resources.Set // nil without --resources
 	objects   *resources.Objects
@@ -194,11 +197,11 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		ownerRefs = []metav1.OwnerReference{*ref}
 		log.Info("objects owned by the exporter's ServiceAccount: deleting it (helm uninstall) has the garbage collector delete them", "serviceAccount", cfg.namespace+"/"+ref.Name)
 	}
-	// The check of up to 1001 names at start, unthrottled but 8 at a time.
+	// The check of up to 1001 names at start and their deletion at the
+	// stop, unthrottled but 8 at a time.
 	checkCfg := rest.CopyConfig(restCfg)
 	checkCfg.QPS = -1
-	checkCore, err := kube.NewForConfig(checkCfg)
-	if err != nil {
+	if p.unthrottled, err = kube.NewForConfig(checkCfg); err != nil {
 		return nil, err
 	}
 	if p.leader, err = leader.New(leader.Config{Namespace: cfg.namespace, Name: cfg.quietName, Identity: leader.Identity(),
@@ -206,7 +209,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		measure, regs, log.WithName("leader")); err != nil {
 		return nil, err
 	}
-	if err := refuseNotOwned(startCtx, cfg, p.store, checkCore, p.leader); err != nil {
+	if err := refuseNotOwned(startCtx, cfg, p.store, p.unthrottled, p.leader); err != nil {
 		return nil, err
 	}
 	regs.MustRegister(
@@ -384,7 +387,7 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	}
 	cleanupCtx, cancelCleanup := context.WithDeadline(context.Background(), p.stopDeadline(leaseStopShare+httpStopShare))
 	defer cancelCleanup()
-	if left, err := p.store.Delete(cleanupCtx, p.core, append(slices.Clone(p.writer.Objects()), p.cfg.quietName)...); err != nil {
+	if left, err := p.store.Delete(cleanupCtx, p.unthrottled, append(slices.Clone(p.writer.Objects()), p.cfg.quietName)...); err != nil {
 		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner(), "left", left)
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +27,7 @@ import (
 	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/test/arrivals"
+	"github.com/watchcache/watchcache-exporter/test/blackhole"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
 )
@@ -497,6 +494,35 @@ func TestFaults(t *testing.T) {
 		return left
 	}
 
+	t.Run("SIGTERM with 1000 noise objects", func(t *testing.T) {
+		// deploy/'s Role names the default noise objects only: the
+		// admin's rights here.
+		x := startWriting(t, c.AdminConfig(), "--namespace="+faultNS, "--load.rate=20", "--load.objects=1000")
+		start := time.Now()
+		for n := 0; n < 1001; n = len(ownedConfigMaps(t, cms)) {
+			if time.Since(start) > 3*time.Minute {
+				t.Fatalf("%d of 1001 ConfigMaps made after %s", n, time.Since(start).Round(time.Second))
+			}
+			time.Sleep(time.Second)
+		}
+		t.Logf("1001 ConfigMaps made in %s", time.Since(start).Round(time.Second))
+		f := begin(t)
+		code := x.Stop(t)
+		f.detected()
+		f.recovered()
+		if code != 0 {
+			t.Errorf("exit status %d, want 0", code)
+		}
+		if left := ownedConfigMaps(t, cms); len(left) > 0 {
+			t.Errorf("%d ConfigMaps left after the stop, want none: %v", len(left), left)
+		}
+		if _, err := admin.CoordinationV1().Leases(faultNS).Get(ctx, "watchcache-quiet", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Lease: %v, want it deleted", err)
+		}
+		wantLog(t, x, "deleted the exporter's ConfigMaps")
+		f.report()
+	})
+
 	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
 		e = startWriting(t, sa, args...)
 		if err := c.APIServer().Stop(); err != nil {
@@ -529,12 +555,12 @@ func TestFaults(t *testing.T) {
 		if err := admin.CoordinationV1().Leases(faultNS).Delete(ctx, "watchcache-quiet", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
-		px := startBlackhole(t, strings.TrimPrefix(sa.Host, "https://"))
+		px := blackhole.Start(t, strings.TrimPrefix(sa.Host, "https://"))
 		via := rest.CopyConfig(sa)
-		via.Host = "https://" + px.addr
+		via.Host = "https://" + px.Addr
 		const budget = 15 * time.Second
 		e = startWriting(t, via, append(slices.Clone(args), fmt.Sprintf("--shutdown.timeout=%s", budget))...)
-		px.blackhole() // requests get no answer, not a refusal
+		px.Hole() // requests get no answer, not a refusal
 		f := begin(t)
 		code := e.Stop(t)
 		f.detected()
@@ -716,80 +742,4 @@ func ownedConfigMaps(t *testing.T, cms configMaps) []string {
 		names = append(names, cm.Name)
 	}
 	return names
-}
-
-// blackhole is a TCP proxy to an apiserver that, once blackholed, answers
-// nothing: what it reads it drops, and new connections are accepted and
-// never answered, as when packets are dropped rather than refused.
-type blackhole struct {
-	addr  string
-	ln    net.Listener
-	holed atomic.Bool
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startBlackhole(t *testing.T, upstream string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{addr: ln.Addr().String(), ln: ln}
-	b.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b.track(c)
-			if b.holed.Load() {
-				b.wg.Go(func() { b.pipe(io.Discard, c) })
-				continue
-			}
-			up, err := net.Dial("tcp", upstream)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			b.track(up)
-			b.wg.Go(func() { b.pipe(up, c) })
-			b.wg.Go(func() { b.pipe(c, up) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		b.mu.Lock()
-		for _, c := range b.conns {
-			_ = c.Close()
-		}
-		b.mu.Unlock()
-		b.wg.Wait()
-	})
-	return b
-}
-
-func (b *blackhole) track(c net.Conn) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.conns = append(b.conns, c)
-}
-
-func (b *blackhole) blackhole() { b.holed.Store(true) }
-
-// pipe copies from to to until from ends; once blackholed, it drops.
-func (b *blackhole) pipe(to io.Writer, from net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := from.Read(buf)
-		if n > 0 && !b.holed.Load() {
-			if _, werr := to.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }

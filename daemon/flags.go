@@ -343,7 +343,7 @@ func newFlagSet(c *config, stderr io.Writer) *pflag.FlagSet {
 	fs.StringVar(&c.listenAddress, "web.listen-address", ":9890", "Address on which to expose metrics, /healthz, /readyz and the status page.")
 	fs.StringVar(&c.probeAddress, "web.probe-address", "", "Address on which to serve /healthz and /readyz alone, in plain HTTP without auth, for kubelet probes when --web.config.file sets basic auth. Empty: the probes are served on --web.listen-address only.")
 	fs.StringVar(&c.telemetryPath, "web.telemetry-path", "/metrics", "Path under which to expose metrics: a clean path of letters, digits and -._~/, none of /, /healthz, /readyz, /status.json.")
-	fs.IntVar(&c.maxRequests, "web.max-requests", 10, "Maximum number of scrapes served at once; more are answered 503. 0 means no limit.")
+	fs.IntVar(&c.maxRequests, "web.max-requests", 10, "Maximum number of scrapes served at once, and of requests of the status page; more are answered 503. 0 means no limit.")
 	fs.StringVar(&c.webConfigFile, "web.config.file", "", "Path to an exporter-toolkit web configuration file: TLS and basic auth for every path but those of --web.probe-address.")
 	fs.StringVar(&c.logLevel, "log.level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&c.logFormat, "log.format", "json", "Log format: json or text.")

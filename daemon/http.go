@@ -23,8 +23,28 @@ func newMux(cfg config, reg *prometheus.Registry, ready func() error, page http.
 		MaxRequestsInFlight: cfg.maxRequests,
 		Timeout:             scrapeTimeout,
 	}))
-	mux.Handle("/", page)
+	// The status page copies every sample it keeps for each request: the
+	// same limit.
+	mux.Handle("/", limitInFlight(page, cfg.maxRequests))
 	return mux
+}
+
+// limitInFlight answers 503 at once to requests beyond n at a time (0: no
+// limit), as promhttp's MaxRequestsInFlight does for the metrics.
+func limitInFlight(h http.Handler, n int) http.Handler {
+	if n <= 0 {
+		return h
+	}
+	sem := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+			h.ServeHTTP(w, r)
+		default:
+			http.Error(w, fmt.Sprintf("Limit of concurrent requests reached (%d), try again later.", n), http.StatusServiceUnavailable)
+		}
+	})
 }
 
 // newProbeMux serves /healthz (the process is up) and /readyz (ready()

@@ -15,9 +15,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,5 +184,35 @@ func TestMaxRequests(t *testing.T) {
 	close(b.release)
 	if got := <-first; got != http.StatusOK {
 		t.Errorf("first scrape: %d", got)
+	}
+}
+
+// Requests of the status page past --web.max-requests are answered 503 at
+// once, as scrapes are.
+func TestMaxRequestsStatusPage(t *testing.T) {
+	cfg, err := parseFlags([]string{"--web.listen-address=" + freeAddr(t), "--web.max-requests=1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	page := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) == 1 { // the first one is held
+			in <- struct{}{}
+			<-release
+		}
+	})
+	h := newMux(cfg, prometheus.NewRegistry(), func() error { return nil }, page)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	first := make(chan int, 1)
+	go func() { first <- get(t, http.DefaultClient, srv.URL+"/status.json", false) }()
+	<-in // the first request is being served
+	if got := get(t, http.DefaultClient, srv.URL+"/status.json", false); got != http.StatusServiceUnavailable {
+		t.Errorf("second request of the status page at once: %d, want 503", got)
+	}
+	close(release)
+	if got := <-first; got != http.StatusOK {
+		t.Errorf("first request: %d", got)
 	}
 }

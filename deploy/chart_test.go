@@ -341,27 +341,38 @@ func stopsInGrace(t *testing.T, dep *appsv1.Deployment) {
 	}
 }
 
-// TestChartTwoReleasesOneName: releases of one name in two namespaces share
-// no object name outside their namespaces (cluster-scoped, or in default).
+// TestChartTwoReleasesOneName: no two releases share an object name
+// outside their namespaces (cluster-scoped, or in default): one name in two
+// namespaces, names that read alike once joined, long names that differ
+// only past where they are cut.
 func TestChartTwoReleasesOneName(t *testing.T) {
+	long := strings.Repeat("x", 30) // Helm takes release names of 53 characters at most
 	seen := map[string]string{}
-	for _, namespace := range []string{"team-a", "team-b"} {
-		objs, err := renderRelease(t, "wce", namespace, allOn+"\nresourceWindows: {enabled: true}")
+	for _, r := range [][2]string{
+		{"wce", "team-a"}, {"wce", "team-b"},
+		{"watchcache-exporter", "prod-eu"}, {"watchcache-exporter-prod", "eu"},
+		{long + "-watchcache-exporter", long + "-1"}, {long + "-watchcache-exporter", long + "-2"},
+	} {
+		release := r[0] + " in " + r[1]
+		objs, err := renderRelease(t, r[0], r[1], allOn+"\nresourceWindows: {enabled: true}")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, o := range objs {
-			if o.GetNamespace() == namespace {
+			if o.GetNamespace() == r[1] {
 				continue
+			}
+			if n := o.GetName(); len(n) > 63 {
+				t.Errorf("%s: %s %s is %d characters long, more than Kubernetes takes", release, o.GetKind(), n, len(n))
 			}
 			key := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
 			if other, dup := seen[key]; dup {
-				t.Errorf("%s is rendered by the releases in %s and %s", key, other, namespace)
+				t.Errorf("%s is rendered by the releases %s and %s", key, other, release)
 			}
-			seen[key] = namespace
+			seen[key] = release
 		}
 	}
-	if len(seen) < 8 {
+	if len(seen) < 24 {
 		t.Errorf("only %d objects outside the namespaces: %v", len(seen), seen)
 	}
 }

@@ -256,26 +256,26 @@ func (w *Writer) pick(ctx context.Context, n uint64) (string, bool) {
 // failed counts and logs a failed patch and says how long this worker waits
 // before its next one: what the apiserver asks for, or a second at least.
 func (w *Writer) failed(ctx context.Context, name string, err error) time.Duration {
-	pause := time.Second
-	if secs, ok := apierrors.SuggestsClientDelay(err); ok && secs > 1 {
-		pause = time.Duration(secs) * time.Second
+	wait := time.Second
+	if d, _ := pause.Asked(err); d > wait {
+		wait = d
 	}
 	if apierrors.IsTooManyRequests(err) {
 		w.writes.WithLabelValues("throttled").Inc()
-		w.errLog.Error("throttled", err, "noise patch throttled by the apiserver (429)", "pause", pause)
-		return pause
+		w.errLog.Error("throttled", err, "noise patch throttled by the apiserver (429)", "pause", wait)
+		return wait
 	}
 	w.writes.WithLabelValues("error").Inc()
 	if errors.Is(err, owned.ErrNotOwned) {
 		return 0 // the store logged it; the next write goes to another object
 	}
-	w.errLog.Error("error-"+string(apierrors.ReasonForError(err)), err, "noise patch failed", "name", name, "pause", pause)
+	w.errLog.Error("error-"+string(apierrors.ReasonForError(err)), err, "noise patch failed", "name", name, "pause", wait)
 	if apierrors.IsNotFound(err) { // somebody deleted it
 		if _, _, err := w.store.Ensure(ctx, w.client, name, owned.RoleNoise); err != nil && ctx.Err() == nil && !errors.Is(err, owned.ErrNotOwned) {
 			w.errLog.Error("recreate", err, "cannot recreate noise ConfigMap", "name", name)
 		}
 	}
-	return pause
+	return wait
 }
 
 // Objects are the names of the noise objects the writer makes (none in

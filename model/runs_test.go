@@ -15,6 +15,8 @@ func TestRunsMatchRing(t *testing.T) {
 		now := 0.0
 		for _, phase := range []struct{ rate, secs, step float64 }{
 			{40, 600, 1}, {0.3, 100, 1}, {400, 900, 0.5}, {2000, 300, 5}, {5, 3000, 10}, {90, 400, 1},
+			// A jump of the revisions (an etcd restore that bumps them).
+			{300000, 2, 1}, {40, 300, 1},
 		} {
 			for end := now + phase.secs; now < end; now += phase.step {
 				c.AddRate(now, now+phase.step, phase.rate)
@@ -27,6 +29,25 @@ func TestRunsMatchRing(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A jump of a billion revisions in one step (an etcd restore with
+// --bump-revision): the work is bounded by the cache's cap, not the jump, and
+// the cache ends full of the jump's newest events.
+func TestRevisionJumpBoundsWork(t *testing.T) {
+	c := NewCache(DefaultWindow)
+	c.AddRate(0, 100, 40)
+	before := c.pushed
+	c.AddRate(100, 101, 1e9)
+	if work := c.pushed - before; work > 3*UpperBound {
+		t.Errorf("%d events simulated one by one for a jump of 1e9, want at most 3 × the cap %d", work, UpperBound)
+	}
+	if c.Capacity() != UpperBound || c.Len() != UpperBound {
+		t.Errorf("capacity %d holding %d after the jump, want the cap %d, full", c.Capacity(), c.Len(), UpperBound)
+	}
+	if got, _ := c.Window(101); math.Abs(got-UpperBound/1e9) > 1e-8 {
+		t.Errorf("window %.9f s after the jump, want %d events at 1e9/s: %.9f s", got, UpperBound, UpperBound/1e9)
 	}
 }
 

@@ -24,9 +24,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchcache/watchcache-exporter/internal/kube"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 )
 
@@ -248,13 +250,23 @@ func (s *Store) Ensure(ctx context.Context, c kube.ConfigMapsGetter, name, role 
 // watch from it misses nothing and is not refused. An object's own
 // resourceVersion is no such point: it may be older than the watch cache.
 // A missing object is created first; created says whether it was. An object
-// that is not ours is only read: the RV comes back with ErrNotOwned.
+// that is not ours is only read: the RV comes back with ErrNotOwned. When the
+// create finds the object the list did not (made meanwhile by another), it
+// lists again, a few times with a growing pause (relistBackoff), then gives
+// up with an error that says so.
 func (s *Store) Relist(ctx context.Context, c kube.ConfigMapsGetter, name, role string) (rv uint64, created bool, err error) {
-	l, err := c.ConfigMaps(s.ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
-	if err != nil {
-		return 0, false, err
-	}
-	if len(l.Items) == 0 {
+	backoff := relistBackoff
+	for {
+		l, err := c.ConfigMaps(s.ns).List(ctx, metav1.ListOptions{FieldSelector: NameSelector(name)})
+		if err != nil {
+			return 0, false, err
+		}
+		if len(l.Items) > 0 {
+			if rv, err = ParseRV(l.ResourceVersion); err != nil {
+				return 0, false, err
+			}
+			return rv, false, s.check(name, &l.Items[0])
+		}
 		cm, err := c.ConfigMaps(s.ns).Create(ctx, s.newConfigMap(name, role), metav1.CreateOptions{})
 		if err == nil {
 			s.found(name)
@@ -264,13 +276,17 @@ func (s *Store) Relist(ctx context.Context, c kube.ConfigMapsGetter, name, role 
 		if !apierrors.IsAlreadyExists(err) {
 			return 0, false, err
 		}
-		return s.Relist(ctx, c, name, role) // created meanwhile by another
+		if backoff.Steps <= 1 {
+			return 0, false, fmt.Errorf("configmap %s/%s: a list finds no such object and a create finds it, %d times: %w", s.ns, name, relistBackoff.Steps, err)
+		}
+		if err := pause.For(ctx, backoff.Step()); err != nil {
+			return 0, false, err
+		}
 	}
-	if rv, err = ParseRV(l.ResourceVersion); err != nil {
-		return 0, false, err
-	}
-	return rv, false, s.check(name, &l.Items[0])
 }
+
+// relistBackoff paces Relist's lists after a create found the object.
+var relistBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 5}
 
 // SetSeq writes data={"seq": value} to the noise object name and returns the
 // new RV. The JSON patch tests the marks first, so that the write happens
@@ -347,17 +363,22 @@ func (s *Store) Touch(ctx context.Context, c kube.ConfigMapsGetter, name, key, v
 // ones not ours are left, and logged. left names those it could not delete.
 func (s *Store) Delete(ctx context.Context, c kube.ConfigMapsGetter, names ...string) (left []string, err error) {
 	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	// At once, not in turn: against an apiserver that does not answer, a
-	// shutdown's budget covers one request's wait, not one per object.
+	// 8 at a time, each read then deleted before the next: against an
+	// apiserver that does not answer, every one waits for the same
+	// deadline; against one that does, each object is gone in two
+	// requests. All at once, a thousand reads through a rate-limited client
+	// took every token of the budget and no delete went through.
+	var g errgroup.Group
+	g.SetLimit(deleteAtOnce)
 	for i, name := range names {
-		wg.Go(func() {
+		g.Go(func() error {
 			if err := s.delete(ctx, c, name); err != nil {
 				errs[i] = fmt.Errorf("delete configmap %s/%s: %w", s.ns, name, err)
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	for i, err := range errs {
 		if err != nil {
 			left = append(left, names[i])
@@ -365,6 +386,9 @@ func (s *Store) Delete(ctx context.Context, c kube.ConfigMapsGetter, names ...st
 	}
 	return left, errors.Join(errs...)
 }
+
+// deleteAtOnce is how many objects Delete deletes at a time.
+const deleteAtOnce = 8
 
 func (s *Store) delete(ctx context.Context, c kube.ConfigMapsGetter, name string) error {
 	for try := 1; ; try++ {

@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -243,4 +245,36 @@ func TestDeleteNamesWhatIsLeft(t *testing.T) {
 	if err == nil || !slices.Equal(left, []string{"n0", "n1", "q"}) {
 		t.Errorf("Delete = %q, %v; want all three left, and an error", left, err)
 	}
+}
+
+// A list that never shows the object a create says exists (a stale or
+// filtered list): Relist tries a few times, each after a longer pause, then
+// says why it gave up, rather than spinning.
+func TestRelistAlreadyExistsBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, srv, _, _ := newTestStore(t)
+		var creates []time.Time
+		srv.Client.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "100"}}, nil
+		})
+		srv.Client.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+			creates = append(creates, time.Now())
+			if len(creates) > 50 {
+				t.Fatal("50 creates: Relist does not give up")
+			}
+			return true, nil, apierrors.NewAlreadyExists(corev1.Resource("configmaps"), "quiet")
+		})
+		_, _, err := s.Relist(t.Context(), typed.Core(srv.CoreV1()), "quiet", RoleQuiet)
+		if err == nil || !apierrors.IsAlreadyExists(err) || !strings.Contains(err.Error(), "5 times") {
+			t.Errorf("Relist: %v, want AlreadyExists after 5 tries", err)
+		}
+		if len(creates) != 5 {
+			t.Fatalf("%d creates, want 5", len(creates))
+		}
+		for i := 2; i < len(creates); i++ {
+			if prev, cur := creates[i-1].Sub(creates[i-2]), creates[i].Sub(creates[i-1]); cur <= prev {
+				t.Errorf("pause %d of %s after one of %s: want it longer", i, cur, prev)
+			}
+		}
+	})
 }

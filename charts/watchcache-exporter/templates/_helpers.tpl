@@ -18,15 +18,18 @@
 {{- end }}
 
 {{/* The name of objects outside the release's namespace (cluster-scoped, or
-in default): the full name, with the namespace after it unless the namespace
-is the full name (deploy/'s names), so that releases of one name in two
-namespaces do not take each other's. */}}
+in default): the full name, unless the namespace is the full name (deploy/'s
+names), then the namespace and a hash of the release's name and namespace,
+so that no two releases share one: "a-b" in "c" and "a" in "b-c" read alike,
+and truncation drops the namespace of long names. At most 49 characters,
+for the suffixes (-resources-all) added to it. */}}
 {{- define "watchcache-exporter.clusterName" -}}
 {{- $full := include "watchcache-exporter.fullname" . }}
 {{- if eq $full .Release.Namespace }}
 {{- $full }}
 {{- else }}
-{{- printf "%s-%s" $full .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- $hash := printf "%s/%s" .Release.Name .Release.Namespace | sha256sum | trunc 8 }}
+{{- printf "%s-%s" $full .Release.Namespace | trunc 40 | trimSuffix "-" }}-{{ $hash }}
 {{- end }}
 {{- end }}
 
