@@ -495,6 +495,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	t.Run("SIGTERM with 1000 noise objects", func(t *testing.T) {
+		e.Stop(t) // whichever ran last (run alone: the first one)
 		// deploy/'s Role names the default noise objects only: the
 		// admin's rights here.
 		x := startWriting(t, c.AdminConfig(), "--namespace="+faultNS, "--load.rate=20", "--load.objects=1000")
