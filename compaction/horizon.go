@@ -77,9 +77,10 @@ type Horizon struct {
 	probes prometheus.Counter
 	errors *prometheus.CounterVec
 
-	mu    sync.Mutex
-	etcds map[*rvclock.Clock]*etcd
-	list  timedList
+	mu      sync.Mutex
+	etcds   map[*rvclock.Clock]*etcd
+	list    timedList
+	running bool // between Run's start and end: a standby exports no rows
 }
 
 // etcd is what is known of one etcd's compaction.
@@ -121,6 +122,9 @@ func New(cfg Config, reg prometheus.Registerer, log logr.Logger) *Horizon {
 // Run checks every Interval, and times a paginated LIST every
 // ListInterval, until ctx ends.
 func (h *Horizon) Run(ctx context.Context) {
+	h.mu.Lock()
+	h.running = true
+	h.mu.Unlock()
 	var wg sync.WaitGroup
 	if h.cfg.ListInterval > 0 && h.cfg.Objects != nil {
 		wg.Go(func() { h.runLists(ctx) })
@@ -131,6 +135,7 @@ func (h *Horizon) Run(ctx context.Context) {
 	defer h.mu.Unlock()
 	clear(h.etcds) // a standby's would be stale
 	h.list = timedList{}
+	h.running = false
 }
 
 // lister lists one resource, in one namespace or all.

@@ -84,6 +84,7 @@ func newTestHorizon(t *testing.T, hist *rvclock.History, set *resources.Set, int
 	reg := prometheus.NewRegistry()
 	h := New(Config{Client: metadatafake.NewSimpleMetadataClient(scheme.Scheme), Namespace: "ns", History: hist,
 		Resources: set, Interval: interval}, reg, logr.Discard())
+	h.running = true // a leader's, as Run marks it; these tests check without Run
 	return h, reg
 }
 
@@ -291,6 +292,9 @@ func TestRun(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	h := New(Config{Client: client, Namespace: "ns", QuietName: "quiet", History: hist, Interval: 10 * time.Millisecond}, reg, logr.Discard())
+	if m := gather(t, reg); hasHorizon(m) {
+		t.Errorf("before Run: %v, want no horizon", m)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	h.Run(ctx)
@@ -299,9 +303,20 @@ func TestRun(t *testing.T) {
 	if lists < 3 {
 		t.Errorf("%d LISTs in 100 ms, want one every 10 ms", lists)
 	}
-	if m := gather(t, reg); !math.IsNaN(m["watchcache_compacted_resource_version"]) {
-		t.Errorf("after Run: compacted %v, want NaN", m["watchcache_compacted_resource_version"])
+	// A standby (Run ended, or never started) knows no horizon.
+	if m := gather(t, reg); hasHorizon(m) {
+		t.Errorf("after Run: %v, want no horizon", m)
 	}
+}
+
+// hasHorizon says whether m holds a per-resource series of the horizon.
+func hasHorizon(m map[string]float64) bool {
+	for _, name := range []string{"watchcache_compaction_window_seconds", "watchcache_compacted_resource_version", "watchcache_compactions_total"} {
+		if _, ok := m[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func within(got, want, abs float64) bool { return math.Abs(got-want) <= abs }

@@ -64,6 +64,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	stale := time.Duration(h.cfg.StaleAfter) * h.cfg.Interval
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.running {
+		return // a standby, or not started: it knows no horizon
+	}
 	for _, r := range rows {
 		gauge := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, r.group, r.resource)

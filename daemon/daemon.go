@@ -357,6 +357,8 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	measureCtx, stopMeasure := context.WithCancel(context.Background())
 	defer stopMeasure()
 	var loadWG, measureWG sync.WaitGroup
+	p.store.SetLeading(true)
+	defer p.store.SetLeading(false)
 	loadWG.Go(func() { p.writer.Run(loadCtx) })
 	if p.cfg.idles() {
 		errLog := ratelog.New(p.log.WithName("poll"), 30*time.Second, time.Now)

@@ -433,6 +433,13 @@ func TestFaults(t *testing.T) {
 		if _, err := m.Get("watchcache_quiet_touches_total"); err == nil {
 			t.Error("the standby measures")
 		}
+		// A standby exports only what a standby knows: no objects lost,
+		// no horizon, no load target.
+		for _, name := range []string{"watchcache_exporter_objects_lost", "watchcache_compaction_window_seconds", "watchcache_load_target_writes_per_second"} {
+			if fam, ok := m[name]; ok && len(fam.GetMetric()) > 0 {
+				t.Errorf("the standby exports %s: %v", name, fam.GetMetric())
+			}
+		}
 		wantLog(t, standby, "standby: another exporter holds the lease")
 		holder.Kill(t)
 		f := begin(t)

@@ -142,7 +142,7 @@ func (w *Writer) Run(ctx context.Context) {
 	sched := w.cfg.Schedule
 	peak := sched.Max()
 	if peak == 0 {
-		w.target.WithLabelValues().Set(0)
+		// No target rather than 0: passive mode asks for no load at all.
 		w.log.Info("passive mode: no load")
 		return
 	}

@@ -197,3 +197,13 @@ func TestWriterRate(t *testing.T) {
 		})
 	}
 }
+
+// Passive mode asks for no load: no target series, rather than 0.
+func TestWriterPassiveHasNoTarget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := runWriterWith(t, fakecache.New(100), 1, 0, time.Second, func(*prometheus.Registry) {})
+		if n, err := testutil.GatherAndCount(reg, "watchcache_load_target_writes_per_second"); err != nil || n != 0 {
+			t.Errorf("%d target series in passive mode (%v), want none", n, err)
+		}
+	})
+}

@@ -66,7 +66,7 @@ type Store struct {
 	ns, owner string
 	log       logr.Logger
 	now       func() time.Time
-	lostGauge prometheus.Gauge
+	lostGauge *prometheus.GaugeVec    // no labels: absent on a standby
 	jsonPatch []byte                  // the tests of the noise patch, up to its value
 	refs      []metav1.OwnerReference // of the objects created; see OwnedBy
 	patchURLs sync.Map                // name -> the URL of its patch (string)
@@ -80,12 +80,26 @@ type Store struct {
 func NewStore(ns, quiet string, reg prometheus.Registerer, log logr.Logger, now func() time.Time) *Store {
 	s := &Store{
 		ns: ns, owner: ns + "/" + quiet, log: log, now: now, lost: map[string]time.Time{},
-		lostGauge: promauto.With(reg).NewGauge(promopts.Gauge("exporter_objects_lost",
-			"ConfigMaps of the exporter's names that no longer carry its marks (label "+ManagedBySelector+", annotation "+OwnerAnnotation+"): no longer written or deleted, until their marks are back or they are deleted.")),
+		lostGauge: promauto.With(reg).NewGaugeVec(promopts.Gauge("exporter_objects_lost",
+			"ConfigMaps of the exporter's names that no longer carry its marks (label "+ManagedBySelector+", annotation "+OwnerAnnotation+"): no longer written or deleted, until their marks are back or they are deleted. Absent on a standby, which reads none of them."), nil),
 	}
 	s.jsonPatch = fmt.Appendf(nil, `[{"op":"test","path":"/metadata/labels/%s","value":%q},{"op":"test","path":"/metadata/annotations/%s","value":%q},{"op":"add","path":"/data","value":{"seq":`,
 		escapePointer(ManagedByLabel), ManagedBy, escapePointer(OwnerAnnotation), s.owner)
 	return s
+}
+
+// SetLeading starts (true) or ends what the Store knows of its objects: a
+// leader reads them and counts the lost ones from 0; a standby reads none,
+// and so exports no count.
+func (s *Store) SetLeading(leading bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.lost)
+	if leading {
+		s.lostGauge.WithLabelValues().Set(0)
+	} else {
+		s.lostGauge.Reset()
+	}
 }
 
 // Owner is the owner annotation's value.
@@ -153,7 +167,7 @@ func (s *Store) found(name string) {
 	defer s.mu.Unlock()
 	if _, ok := s.lost[name]; ok {
 		delete(s.lost, name)
-		s.lostGauge.Set(float64(len(s.lost)))
+		s.lostGauge.WithLabelValues().Set(float64(len(s.lost)))
 		s.log.Info("ConfigMap is the exporter's again: writing it", "namespace", s.ns, "name", name)
 	}
 }
@@ -166,7 +180,7 @@ func (s *Store) lostNow(name string) error {
 			"namespace", s.ns, "name", name, "label", ManagedBySelector, "annotation", OwnerAnnotation+"="+s.owner)
 	}
 	s.lost[name] = s.now()
-	s.lostGauge.Set(float64(len(s.lost)))
+	s.lostGauge.WithLabelValues().Set(float64(len(s.lost)))
 	return fmt.Errorf("configmap %s/%s: %w", s.ns, name, ErrNotOwned)
 }
 

@@ -118,7 +118,7 @@ func TestLostAndBack(t *testing.T) {
 		t.Errorf("their data became %v", got.Data)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP watchcache_exporter_objects_lost ConfigMaps of the exporter's names that no longer carry its marks (label app.kubernetes.io/managed-by=watchcache-exporter, annotation watchcache-exporter/owner): no longer written or deleted, until their marks are back or they are deleted.
+# HELP watchcache_exporter_objects_lost ConfigMaps of the exporter's names that no longer carry its marks (label app.kubernetes.io/managed-by=watchcache-exporter, annotation watchcache-exporter/owner): no longer written or deleted, until their marks are back or they are deleted. Absent on a standby, which reads none of them.
 # TYPE watchcache_exporter_objects_lost gauge
 watchcache_exporter_objects_lost 1
 `)); err != nil {
@@ -277,4 +277,35 @@ func TestRelistAlreadyExistsBacksOff(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A leader counts lost objects from 0; once it stands by, the count and
+// what it knew are gone: a standby reads none of the objects.
+func TestStandbyExportsNoLostCount(t *testing.T) {
+	s, srv, _, reg := newTestStore(t)
+	count := func() int {
+		n, err := testutil.GatherAndCount(reg, "watchcache_exporter_objects_lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d series before leading, want none", n)
+	}
+	s.SetLeading(true)
+	if n := count(); n != 1 || testutil.ToFloat64(s.lostGauge) != 0 {
+		t.Errorf("leading: %d series of value %v, want one of 0", n, testutil.ToFloat64(s.lostGauge))
+	}
+	srv.Put(theirs("n0"))
+	if _, _, err := s.Ensure(t.Context(), typed.Core(srv.CoreV1()), "n0", RoleNoise); !errors.Is(err, ErrNotOwned) {
+		t.Fatalf("Ensure of theirs: %v", err)
+	}
+	if got := testutil.ToFloat64(s.lostGauge); got != 1 {
+		t.Errorf("lost %v, want 1", got)
+	}
+	s.SetLeading(false)
+	if n := count(); n != 0 || len(s.Lost()) != 0 {
+		t.Errorf("standing by: %d series, lost %v; want none", n, s.Lost())
+	}
 }
