@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
@@ -67,6 +68,7 @@ type resourceWindows struct {
 type resourceProbe struct {
 	prober      *Prober
 	failedSince time.Time // zero while its probes answer
+	gone        bool      // its last probe found its API gone (404)
 }
 
 // The columns of resourceMetrics.perResource.
@@ -182,6 +184,20 @@ func (w *resourceWindows) round(ctx context.Context, rs []resources.Resource) {
 // record sets one resource's gauges from its probe's answer.
 func (w *resourceWindows) record(p *resourceProbe, r resources.Resource, res ProbeResult) {
 	g, rs := r.Group, r.Resource
+	if res.Outcome == Error && apierrors.IsNotFound(res.Err) {
+		// Its API is gone (a CRD deleted): its series go now, not at the
+		// next reading of discovery, which drops it from the set.
+		if !p.gone {
+			p.gone = true
+			w.log.Info("a resource is no longer served: its series are dropped until it is again", "resource", r.Name())
+		}
+		w.m.windows.delete(g, rs)
+		w.m.perResource.delete(g, rs)
+		w.m.errors.DeletePartialMatch(prometheus.Labels{"group": g, "resource": rs})
+		p.failedSince = time.Time{}
+		return
+	}
+	p.gone = false
 	if res.Outcome == Error {
 		w.m.errors.WithLabelValues(g, rs, promopts.Reason(res.Err)).Inc()
 		w.errLog.Error("resource-"+r.Name(), res.Err, "window probe of a resource failed", "resource", r.Name())

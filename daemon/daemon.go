@@ -427,7 +427,11 @@ func resolveResources(ctx context.Context, cfg config, resCfg *rest.Config, log 
 		return resources.Resolve(ctx, disc, dyn, cfg.resources)
 	}
 	rs, err := resolve(ctx)
-	if err != nil {
+	switch {
+	case rs != nil && resources.OnlyNotServed(err):
+		// A CRD installed later: measured once discovery lists it.
+		log.Info("resources named in --resources are not served now: not measured until they are", "reason", err.Error(), "rediscover", cfg.rediscover)
+	case err != nil:
 		return nil, fmt.Errorf("--resources: %w", err)
 	}
 	log.Info("measuring the window of every resource named", "resources", strings.Join(resources.Names(rs), ","), "count", len(rs),

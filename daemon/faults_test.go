@@ -418,6 +418,7 @@ func TestFaults(t *testing.T) {
 	})
 
 	t.Run("kill -9 of the holder: the standby adopts and takes over", func(t *testing.T) {
+		e.Stop(t) // run alone: the first exporter would hold the Lease
 		holder := exportertest.StartProcess(t, sa, args...)
 		holder.WaitFor(t, 60*time.Second, "the holder leading and writing", func(m exportertest.Metrics) bool {
 			return m.Value(t, "watchcache_exporter_leader") == 1 && m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0

@@ -344,8 +344,9 @@ func write(ctx context.Context, t *testing.T, rate float64, n *atomic.Int64, fn 
 }
 
 // TestResourcesAtStart: without the ClusterRole, the exporter stops at
-// start with an error that names each resource and verb; a resource the
-// apiserver does not serve, or serves without list and watch, is named too.
+// start with an error that names each resource and verb; a resource served
+// without list and watch is named too. One not served yet is measured once
+// it is, and dropped once gone.
 // With all, every resource discovery lists with list and watch is measured,
 // its watch cache on.
 func TestResourcesAtStart(t *testing.T) {
@@ -379,7 +380,6 @@ func TestResourcesAtStart(t *testing.T) {
 		{[]string{"--resources=pods,leases.coordination.k8s.io"}, true,
 			"RBAC denies list pods cluster-wide; watch pods cluster-wide; list leases.coordination.k8s.io cluster-wide; watch leases.coordination.k8s.io cluster-wide"},
 		{[]string{"--resources=all"}, true, "--resources: --resources=all: list apiservices.apiregistration.k8s.io"},
-		{[]string{"--resources=pods,widgets.example.com"}, false, "--resources: widgets.example.com: the apiserver serves no such resource"},
 		{[]string{"--resources=bindings"}, false, "--resources: bindings: served without list and watch"},
 	} {
 		cfg := c.AdminConfig()
@@ -391,6 +391,40 @@ func TestResourcesAtStart(t *testing.T) {
 			t.Errorf("%v: exit %d, log:\n%s\nwant exit 1 and %q", tc.args, code, logs, tc.want)
 		}
 	}
+
+	// A CRD not installed yet is no reason to stop (a crash loop until it
+	// is): the exporter says so, measures it once discovery lists it, and
+	// drops its series at the first probe that finds it gone, before
+	// discovery is read again.
+	late := "lates"
+	const rediscover = 30 * time.Second
+	lateExp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0", "--resources=pods,"+late+"."+crdGroup,
+		"--resources.interval=2s", "--resources.rediscover="+rediscover.String())
+	lateExp.WaitReady(t, time.Minute)
+	lateWindow := func(m exportertest.Metrics) (float64, bool) {
+		v, err := m.Get("watchcache_window_seconds", "group", crdGroup, "resource", late)
+		return v, err == nil
+	}
+	if _, ok := lateWindow(lateExp.Scrape(t)); ok || !strings.Contains(lateExp.Logs(), "not served now") {
+		t.Errorf("%s before its CRD: a window series (%v), or no log line says it is not served:\n%s", late, ok, lateExp.Logs())
+	}
+	dyn := dynamic.NewForConfigOrDie(c.AdminConfig())
+	createCRD(t, dyn, late)
+	lateExp.WaitFor(t, rediscover+time.Minute, late+" measured once its CRD is served", func(m exportertest.Metrics) bool {
+		v, ok := lateWindow(m)
+		return ok && !math.IsNaN(v)
+	})
+	if err := dyn.Resource(testcluster.CRDs).Delete(ctx, late+"."+crdGroup, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lateExp.WaitFor(t, rediscover+time.Minute, late+"'s series dropped once its CRD is gone", func(m exportertest.Metrics) bool {
+		_, ok := lateWindow(m)
+		return !ok
+	})
+	if !strings.Contains(lateExp.Logs(), "a resource is no longer served") {
+		t.Error("the series were dropped by a reading of discovery, not by the probe that found the resource gone")
+	}
+	lateExp.Stop(t)
 
 	// What kubectl api-resources --verbs=list,watch lists, configmaps
 	// left out: the quiet ConfigMap's probes measure them, with the labels

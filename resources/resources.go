@@ -181,13 +181,13 @@ func Resolve(ctx context.Context, disc Discovery, dyn dynamic.Interface, spec Sp
 		r, ok := found[n]
 		switch {
 		case !ok:
-			msg := fmt.Sprintf("%s: the apiserver serves no such resource (kubectl api-resources lists those it does)", n)
+			err := fmt.Errorf("%s: the apiserver serves no such resource (kubectl api-resources lists those it does): %w", n, ErrNotServed)
 			for gv, e := range failed {
 				if gv.Group == n.Group {
-					msg = fmt.Sprintf("%s: discovery of %s failed: %v", n, gv, e)
+					err = fmt.Errorf("%s: discovery of %s failed: %v: %w", n, gv, e, ErrNotServed)
 				}
 			}
-			errs = append(errs, errors.New(msg))
+			errs = append(errs, err)
 		case !listWatch[n]:
 			errs = append(errs, fmt.Errorf("%s: served without list and watch, so it has no watch cache", n))
 		default:
@@ -195,6 +195,27 @@ func Resolve(ctx context.Context, disc Discovery, dyn dynamic.Interface, spec Sp
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// ErrNotServed is Resolve's error for a resource named that the apiserver
+// does not serve now: a CRD not installed yet, or a group whose discovery
+// failed. It may be served later.
+var ErrNotServed = errors.New("not served now")
+
+// OnlyNotServed says whether every error joined in err is ErrNotServed.
+func OnlyNotServed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, ErrNotServed) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, ErrNotServed)
 }
 
 // aggregatedGroups are the groups of APIServices served by an aggregated
