@@ -520,11 +520,11 @@ func (c *Collector) checkReset(oldest, newest uint64, at time.Time, seconds floa
 // dropped says whether a cache that was not rebuilt could have dropped the
 // write at rv by now (at), rv having been the newest known at a probe that
 // measured window (s, NaN: unknown) answered at then, and newest the newest
-// RV known now. It
-// holds at least minCapacity events, so fewer resourceVersions since rv
-// cannot have pushed it out. Otherwise it keeps an event for its history
-// window (it grows instead of dropping younger ones), or at the capacity's
-// cap for the window measured last: rv may be gone once it is that old.
+// RV known now. The cache holds at least minCapacity events, so fewer
+// resourceVersions since rv cannot have pushed it out. Otherwise it keeps an
+// event for its history window (it grows instead of dropping younger ones),
+// or at the capacity's cap for the window measured last: rv may be gone
+// once it is that old.
 func (c *Collector) dropped(rv uint64, window float64, then time.Time, newest uint64, at time.Time) bool {
 	if newest < rv+minCapacity {
 		return false

@@ -409,11 +409,14 @@ func TestResourcesAtStart(t *testing.T) {
 		t.Errorf("%s before its CRD: a window series (%v), or no log line says it is not served:\n%s", late, ok, lateExp.Logs())
 	}
 	dyn := dynamic.NewForConfigOrDie(c.AdminConfig())
+	created := time.Now()
 	createCRD(t, dyn, late)
 	lateExp.WaitFor(t, rediscover+time.Minute, late+" measured once its CRD is served", func(m exportertest.Metrics) bool {
 		v, ok := lateWindow(m)
 		return ok && !math.IsNaN(v)
 	})
+	t.Logf("%s measured %s after its CRD was created (--resources.rediscover=%s)", late, time.Since(created).Round(time.Second), rediscover)
+	deleted := time.Now()
 	if err := dyn.Resource(testcluster.CRDs).Delete(ctx, late+"."+crdGroup, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -421,6 +424,7 @@ func TestResourcesAtStart(t *testing.T) {
 		_, ok := lateWindow(m)
 		return !ok
 	})
+	t.Logf("%s's series dropped %s after its CRD was deleted", late, time.Since(deleted).Round(100*time.Millisecond))
 	if !strings.Contains(lateExp.Logs(), "a resource is no longer served") {
 		t.Error("the series were dropped by a reading of discovery, not by the probe that found the resource gone")
 	}

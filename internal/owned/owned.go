@@ -377,11 +377,11 @@ func (s *Store) Touch(ctx context.Context, c kube.ConfigMapsGetter, name, key, v
 // ones not ours are left, and logged. left names those it could not delete.
 func (s *Store) Delete(ctx context.Context, c kube.ConfigMapsGetter, names ...string) (left []string, err error) {
 	errs := make([]error, len(names))
-	// 8 at a time, each read then deleted before the next: against an
-	// apiserver that does not answer, every one waits for the same
-	// deadline; against one that does, each object is gone in two
-	// requests. All at once, a thousand reads through a rate-limited client
-	// took every token of the budget and no delete went through.
+	// A few at a time, each read then deleted before the next, so that the
+	// objects go one after another within the stop's budget, and a
+	// thousand of them are a thousand short tasks, not a thousand
+	// goroutines at once; against an apiserver that does not answer, each
+	// waits for the same deadline.
 	var g errgroup.Group
 	g.SetLimit(deleteAtOnce)
 	for i, name := range names {

@@ -14,11 +14,12 @@ import (
 
 // Proxy is the proxy; Addr is where it listens.
 type Proxy struct {
-	Addr  string
-	holed atomic.Bool
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]bool
+	Addr   string
+	holed  atomic.Bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool // the test ended: what is accepted now is closed at once
 }
 
 // Start proxies a loopback address to upstream (host:port) until t ends.
@@ -52,6 +53,9 @@ func Start(t testing.TB, upstream string) *Proxy {
 	})
 	t.Cleanup(func() {
 		_ = ln.Close()
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
 		p.closeAll()
 		p.wg.Wait()
 	})
@@ -81,6 +85,10 @@ func (p *Proxy) closeAll() {
 func (p *Proxy) track(c net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return
+	}
 	p.conns[c] = true
 }
 
