@@ -105,6 +105,15 @@ type parts struct {
 	endpoints []apiservers.Endpoint
 	// stopBy is when the shutdown must be done (unix ns; 0 until it begins).
 	stopBy atomic.Int64
+	// left is what the end of the last lead left of the exporter's
+	// ConfigMaps; nil before one ended.
+	left atomic.Pointer[leftBehind]
+}
+
+// leftBehind is what a lead's end left of the exporter's ConfigMaps.
+type leftBehind struct {
+	leaseLost bool     // the Lease was lost first: nothing was deleted
+	names     []string // the ConfigMaps left
 }
 
 // The shutdown budget (--shutdown.timeout) from its start: the ConfigMaps'
@@ -384,12 +393,17 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	stopMeasure()
 	measureWG.Wait()
 	p.fleet.Stop()
+	names := append(slices.Clone(p.writer.Objects()), p.cfg.quietName)
 	if !held() {
+		// Whoever holds the Lease now writes them.
+		p.left.Store(&leftBehind{leaseLost: true, names: names})
 		return
 	}
 	cleanupCtx, cancelCleanup := context.WithDeadline(context.Background(), p.stopDeadline(leaseStopShare+httpStopShare))
 	defer cancelCleanup()
-	if left, err := p.store.Delete(cleanupCtx, p.unthrottled, append(slices.Clone(p.writer.Objects()), p.cfg.quietName)...); err != nil {
+	left, err := p.store.Delete(cleanupCtx, p.unthrottled, names...)
+	p.left.Store(&leftBehind{names: left})
+	if err != nil {
 		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner(), "left", left)
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)

@@ -183,13 +183,21 @@ loop:
 		}
 	}
 	line.Clear()
-	if ctx.Err() == nil {
+	switch {
+	case ctx.Err() != nil && p.leader.Leading():
+		fmt.Fprintf(stderr, "stopping: deleting the experiment's ConfigMaps and Lease; interrupt again to exit at once and leave them (%s)\n", p.byHand())
+	case ctx.Err() == nil:
 		fmt.Fprintln(stderr, "stopping: deleting the experiment's ConfigMaps and Lease")
 	}
+	// One budget for the whole stop, as the daemon's.
+	p.stopBy.Store(time.Now().Add(p.cfg.stopTimeout).UnixNano())
 	stop()
 	wg.Wait()
+	left := p.saysLeft(stderr)
 	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "%s experiment: interrupted; deleted what it made (the log names anything left)\n", name)
+		if !left {
+			fmt.Fprintf(stderr, "%s experiment: interrupted; deleted what it made\n", name)
+		}
 		return ExitInterrupted
 	}
 
@@ -214,10 +222,34 @@ loop:
 		fmt.Fprintf(stderr, "%s experiment: %v\n", name, err)
 		return 1
 	}
-	if timedOut {
+	if timedOut || left {
 		return 1
 	}
 	return 0
+}
+
+// saysLeft writes what the experiment's lead left of its ConfigMaps, if
+// anything, and says whether it did.
+func (p *parts) saysLeft(stderr io.Writer) bool {
+	lb := p.left.Load()
+	switch {
+	case lb == nil || len(lb.names) == 0:
+		return false
+	case lb.leaseLost:
+		fmt.Fprintf(stderr, "%s experiment: the Lease %s/%s was lost before the stop (another exporter may hold it now, and write them): nothing deleted; left the ConfigMaps %s\n",
+			name, p.cfg.namespace, p.cfg.quietName, strings.Join(lb.names, ", "))
+	default:
+		fmt.Fprintf(stderr, "%s experiment: could not delete the ConfigMaps %s (the log says why; %s)\n", name, strings.Join(lb.names, ", "), p.byHand())
+	}
+	return true
+}
+
+// byHand is how to delete by hand what the experiment makes, by name: a
+// label would match another exporter's objects in the namespace too.
+func (p *parts) byHand() string {
+	names := append(slices.Clone(p.writer.Objects()), p.cfg.quietName)
+	return fmt.Sprintf("kubectl delete configmaps -n %[1]s %[2]s; kubectl delete lease -n %[1]s %[3]s deletes them",
+		p.cfg.namespace, strings.Join(names, " "), p.cfg.quietName)
 }
 
 // refuseHeldLease fails when another exporter holds the Lease: one writer

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/watchcache/watchcache-exporter/experiment"
+	"github.com/watchcache/watchcache-exporter/internal/leader"
 	"github.com/watchcache/watchcache-exporter/internal/owned"
 	"github.com/watchcache/watchcache-exporter/test/exportertest"
 	"github.com/watchcache/watchcache-exporter/test/testcluster"
@@ -145,8 +146,9 @@ func TestExperiment(t *testing.T) {
 		nothingLeft(t, admin, ns)
 	})
 
-	t.Run("interrupted", func(t *testing.T) {
-		ns := namespace("experiment-interrupted")
+	// start runs the experiment in namespace ns, and waits for its load.
+	start := func(t *testing.T, ns string) (*exec.Cmd, *exportertest.SyncBuffer) {
+		t.Helper()
 		var out exportertest.SyncBuffer
 		cmd := exportertest.Command("experiment", "--kubeconfig="+kubeconfig, "--namespace="+ns, "--load.rate=50")
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -166,14 +168,62 @@ func TestExperiment(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		return cmd, &out
+	}
+
+	// Ctrl-C, or the terminal closed: it cleans up and says so.
+	for name, sig := range map[string]syscall.Signal{"sigint": syscall.SIGINT, "sighup": syscall.SIGHUP} {
+		t.Run("interrupted by "+name, func(t *testing.T) {
+			ns := namespace("experiment-" + name)
+			cmd, out := start(t, ns)
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(out.String(), "interrupted; deleted what it made") {
+				t.Errorf("exit status after %s %d (%v), want 130 and a word that it deleted what it made\n%s", sig, code, err, out.String())
+			}
+			nothingLeft(t, admin, ns)
+		})
+	}
+
+	// Another takes the Lease mid-run: the experiment stops writing, and at
+	// the stop deletes nothing (the objects are the new holder's to write)
+	// and names what it left.
+	t.Run("lease lost", func(t *testing.T) {
+		ns := namespace("experiment-lease-lost")
+		cmd, out := start(t, ns)
+		lease, err := admin.CoordinationV1().Leases(ns).Get(ctx, "watchcache-quiet", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease.Spec.HolderIdentity = ptr.To("another-exporter_0")
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](600)
+		if _, err := admin.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(leader.RenewDeadline + time.Minute)
+		for !strings.Contains(out.String(), "lost the lease") && time.Now().Before(deadline) {
+			time.Sleep(time.Second)
+		}
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
-		err := cmd.Wait()
-		if code := cmd.ProcessState.ExitCode(); code != 130 {
-			t.Errorf("exit status after Ctrl-C %d (%v), want 130\n%s", code, err, out.String())
+		_ = cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 130 || strings.Contains(out.String(), "deleted what it made") ||
+			!strings.Contains(out.String(), "was lost before the stop") || !strings.Contains(out.String(), "watchcache-noise-0") {
+			t.Errorf("exit status %d, want 130, and no word of deleting but the names of what it left:\n%s", code, out.String())
 		}
-		nothingLeft(t, admin, ns)
+		cms, err := admin.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: owned.ManagedBySelector})
+		if err != nil || len(cms.Items) == 0 {
+			t.Errorf("the ConfigMaps after a lost Lease: %v, %d left; want them left for the holder", err, len(cms.Items))
+		}
+		for _, cm := range cms.Items {
+			if err := admin.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
 	})
 
 	t.Run("refuses", func(t *testing.T) {

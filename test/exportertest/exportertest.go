@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,7 +47,7 @@ func runChildIfAsked() {
 	if os.Getenv(childEnv) != "1" {
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := daemon.SignalContext()
 	code := daemon.Command(ctx, os.Args[0], os.Args[1:], os.Stdout, os.Stderr, false)
 	stop()
 	os.Exit(code)
