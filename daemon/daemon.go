@@ -393,7 +393,7 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	stopMeasure()
 	measureWG.Wait()
 	p.fleet.Stop()
-	names := append(slices.Clone(p.writer.Objects()), p.cfg.quietName)
+	names := p.objectNames()
 	if !held() {
 		// Whoever holds the Lease now writes them.
 		p.left.Store(&leftBehind{leaseLost: true, names: names})
@@ -408,6 +408,12 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
 	}
+}
+
+// objectNames are the ConfigMaps the exporter makes: the noise objects and
+// quiet.
+func (p *parts) objectNames() []string {
+	return append(slices.Clone(p.writer.Objects()), p.cfg.quietName)
 }
 
 // ready fails while the holder's measurement is not ready or an object was

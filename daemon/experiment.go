@@ -247,7 +247,7 @@ func (p *parts) saysLeft(stderr io.Writer) bool {
 // byHand is how to delete by hand what the experiment makes, by name: a
 // label would match another exporter's objects in the namespace too.
 func (p *parts) byHand() string {
-	names := append(slices.Clone(p.writer.Objects()), p.cfg.quietName)
+	names := p.objectNames()
 	return fmt.Sprintf("kubectl delete configmaps -n %[1]s %[2]s; kubectl delete lease -n %[1]s %[3]s deletes them",
 		p.cfg.namespace, strings.Join(names, " "), p.cfg.quietName)
 }
