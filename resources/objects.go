@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/watchcache/watchcache-exporter/internal/owned"
+	"github.com/watchcache/watchcache-exporter/internal/pause"
 	"github.com/watchcache/watchcache-exporter/internal/promopts"
 	"github.com/watchcache/watchcache-exporter/internal/ratelog"
 	"github.com/watchcache/watchcache-exporter/rvclock"
@@ -30,6 +31,10 @@ import (
 // main etcd is a consistent read, so its RV lies between them too. A
 // resource whose RV does not is in an etcd of its own (events, with
 // --etcd-servers-overrides) and is timed by a clock of its own from then on.
+// That clock would learn only once a round, minutes apart with hundreds of
+// resources, while a window is a minute or two: blind most of the time.
+// So such a resource is also listed (limit=1) every ClockEvery for its RV
+// alone, within a quarter of the budget.
 type Objects struct {
 	client  metadata.Interface
 	set     *Set
@@ -39,6 +44,7 @@ type Objects struct {
 	objects *prometheus.GaugeVec
 	errors  *prometheus.CounterVec
 	errLog  *ratelog.Logger
+	every   time.Duration // ClockEvery; shorter in tests
 
 	mu      sync.Mutex
 	counted []Resource       // the last round's; written by Run alone
@@ -59,21 +65,53 @@ func NewObjects(client metadata.Interface, set *Set, hist *rvclock.History, curr
 			"Failed object counts (list limit=1), by resource and Kubernetes status reason."), []string{"group", "resource", "reason"}),
 		errLog: ratelog.New(log, 30*time.Second, time.Now),
 		counts: map[Name]float64{},
+		every:  ClockEvery,
 	}
 	return o
 }
 
+// ClockEvery is how often the clock of each resource in an etcd of its own
+// learns an RV, at the least: well within the shortest window (75 s).
+const ClockEvery = 5 * time.Second
+
 // Run counts at pace until ctx ends. The counts exist only while it runs: a
 // standby's would be stale, and doubled in sums over the pods.
 func (o *Objects) Run(ctx context.Context, pace Pace) {
+	var wg sync.WaitGroup
 	defer func() {
+		wg.Wait()
 		o.objects.Reset()
 		o.mu.Lock()
 		o.counted = nil
 		clear(o.counts)
 		o.mu.Unlock()
 	}()
+	wg.Go(func() { o.tickClocks(ctx, pace.Budget) })
 	pace.Run(ctx, o.set, o.round, nil)
+}
+
+// tickClocks lists each resource in an etcd of its own every o.every, or
+// less often when there are so many that their lists would take more than
+// a quarter of budget (0: no budget), until ctx ends. The lists share the
+// counts' client, and so its rate limit (half the budget): the counts'
+// rounds may take that much longer.
+func (o *Objects) tickClocks(ctx context.Context, budget float64) {
+	for {
+		var others []Resource
+		for _, r := range o.set.Current() {
+			if o.hist.Other(r.Name()) {
+				others = append(others, r)
+			}
+		}
+		if pause.For(ctx, clockInterval(o.every, len(others), budget)) != nil {
+			return
+		}
+		for _, r := range others {
+			if s, _ := o.list(ctx, r); s.rv != 0 {
+				o.hist.Place(r.Name(), s.rv, s.at, false)
+			}
+		}
+	}
 }
 
 // listed is the RV of one resource's list and when it arrived; rv is 0
@@ -115,18 +153,35 @@ func (o *Objects) round(ctx context.Context, rs []Resource) {
 	}
 }
 
-func (o *Objects) count(ctx context.Context, r Resource) listed {
+// clockInterval is every, or longer where n lists every interval would
+// take more than a quarter of budget requests/s (0: no budget).
+func clockInterval(every time.Duration, n int, budget float64) time.Duration {
+	if budget <= 0 {
+		return every
+	}
+	return max(every, time.Duration(float64(n)/(budget/4)*float64(time.Second)))
+}
+
+// list lists r with limit=1; l is nil when that failed, which it counts.
+func (o *Objects) list(ctx context.Context, r Resource) (seen listed, l *metav1.PartialObjectMetadataList) {
 	l, err := o.client.Resource(r.GVR()).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		if ctx.Err() == nil {
 			o.errors.WithLabelValues(r.Group, r.Resource, promopts.Reason(err)).Inc()
 			o.errLog.Error("objects-"+r.Name(), err, "cannot count the objects of a resource (list, limit=1)", "resource", r.Name())
 		}
-		return listed{}
+		return listed{}, nil
 	}
-	var seen listed
 	if rv, err := owned.ParseRV(l.ResourceVersion); err == nil {
 		seen = listed{rv, time.Now()}
+	}
+	return seen, l
+}
+
+func (o *Objects) count(ctx context.Context, r Resource) listed {
+	seen, l := o.list(ctx, r)
+	if l == nil {
+		return seen
 	}
 	n := math.NaN()
 	switch {

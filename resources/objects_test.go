@@ -3,6 +3,8 @@ package resources
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +81,72 @@ func TestObjectsRVDomains(t *testing.T) {
 	}
 	if newest, _, _ := clockOf(t, hist, "events").Newest(); newest != 5040 {
 		t.Errorf("events' clock's newest RV %d, want 5040", newest)
+	}
+}
+
+// A resource in an etcd of its own is listed for its clock between two
+// rounds of counts, however far apart those are; the others are not.
+func TestObjectsClockBetweenRounds(t *testing.T) {
+	var mu sync.Mutex
+	lists := map[string]int{}
+	client := metadatafake.NewSimpleMetadataClient(runtime.NewScheme())
+	client.PrependReactor("list", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		r := a.GetResource().Resource
+		lists[r]++
+		rv := 105 // pods: between the main etcd's two reads
+		if r == "events" {
+			rv = 5000 + lists[r]
+		}
+		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: strconv.Itoa(rv)}}, nil
+	})
+	hist := rvclock.NewHistory(10)
+	rs := []Resource{{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "events"}}
+	current := []uint64{100, 110}
+	read := func(context.Context) (uint64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		rv := current[0]
+		current = current[1:]
+		return rv, nil
+	}
+	o := NewObjects(client, Fixed(rs), hist, read, prometheus.NewRegistry(), logr.Discard())
+	o.every = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { o.Run(ctx, Pace{Interval: time.Hour}); close(done) }()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if c, ok := hist.ClockOf("events"); ok && hist.Other("events") {
+			if newest, _, _ := c.Newest(); newest >= 5005 {
+				break
+			}
+		}
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if lists["pods"] != 1 || lists["events"] < 5 {
+		t.Errorf("lists in one round an hour long: %v, want pods once and events 5 times or more", lists)
+	}
+}
+
+func TestClockInterval(t *testing.T) {
+	for _, tc := range []struct {
+		n      int
+		budget float64
+		want   time.Duration
+	}{
+		{2, 5, 5 * time.Second},   // 0.4 of 1.25 requests/s
+		{10, 5, 8 * time.Second},  // a quarter of the budget
+		{10, 0, 5 * time.Second},  // no budget
+		{0, 5, 5 * time.Second},   // none to list
+		{40, 40, 5 * time.Second}, // 8 of 10 requests/s
+	} {
+		if got := clockInterval(ClockEvery, tc.n, tc.budget); got != tc.want {
+			t.Errorf("clockInterval(%v, %d, %v) = %v, want %v", ClockEvery, tc.n, tc.budget, got, tc.want)
+		}
 	}
 }
 

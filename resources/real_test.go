@@ -73,6 +73,20 @@ func TestEveryResourceWindow(t *testing.T) {
 	exp := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns, "--load.rate=0",
 		"--resources=pods,leases.coordination.k8s.io,secrets,events", "--resources.interval=2s")
 	exp.WaitReady(t, time.Minute)
+	// A second passive exporter, in a namespace of its own, measures events
+	// alone, one round every slowRound: longer than their window, as a
+	// round of hundreds of resources within the budget is. Had events'
+	// clock learnt only from the rounds' counts, at the second round it would
+	// know no RV as young as the cache's oldest (the window NaN) or date it
+	// across the head start's burst. Its window must agree with the first's.
+	const slowRound = 200 * time.Second
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-slow"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slowStart := time.Now()
+	slow := exportertest.Start(t, c.AdminConfig(), "--namespace="+ns+"-slow", "--load.rate=0",
+		"--resources=events", fmt.Sprintf("--resources.interval=%s", slowRound))
+	slow.WaitReady(t, time.Minute)
 
 	// The test's own watch of each resource, from before the writers start.
 	watched := []string{"leases", "pods", "configmaps", "events"}
@@ -120,6 +134,8 @@ func TestEveryResourceWindow(t *testing.T) {
 		at                time.Time // when the exporter was scraped
 		window, capacity  map[string]float64
 		lower, cacheOn    map[string]float64
+		full              map[string]bool // the cache surely held its capacity
+		slow, slowLower   float64         // events' window by the slow exporter
 		oldestSecrets     float64
 		compactedRevision float64
 		eventsRevision    float64 // the events' etcd's current revision
@@ -127,15 +143,32 @@ func TestEveryResourceWindow(t *testing.T) {
 	}
 	var samples []sample
 	start := time.Now()
-	const total, steadyAfter = 210 * time.Second, 140 * time.Second
-	for time.Since(start) < total {
+	// held[r] is a lower bound on the events r's cache holds at the last
+	// sample, from the test's own watch; full[r] counts the samples past
+	// steadyAfter at which it surely held its capacity. A cache that grows
+	// keeps what it held and fills up with what comes after: until then its
+	// window is shorter than capacity over rate, and rightly so (cold run 8:
+	// events at 40/s filled 3200 more after a doubling to 6400 for 80 s).
+	// The samples go on, up to a limit, until each has 5 such.
+	const total, steadyAfter, limit = 210 * time.Second, 140 * time.Second, 300 * time.Second
+	held, full := map[string]float64{}, map[string]int{}
+	enough := func() bool {
+		for _, r := range watched {
+			if full[r] < 5 {
+				return false
+			}
+		}
+		return true
+	}
+	slowSecond := func() bool { return time.Since(slowStart) > slowRound+20*time.Second }
+	for time.Since(start) < total || (!enough() || !slowSecond()) && time.Since(start) < limit {
 		time.Sleep(5 * time.Second)
 		// The exporter's windows hold from its last probe; the scrape's
 		// midpoint is when they are compared with the watches' counts.
 		t0 := time.Now()
 		m := exp.Scrape(t)
 		s := sample{at: t0.Add(time.Since(t0) / 2), window: map[string]float64{}, capacity: map[string]float64{},
-			lower: map[string]float64{}, cacheOn: map[string]float64{}}
+			lower: map[string]float64{}, cacheOn: map[string]float64{}, full: map[string]bool{}}
 		fams, err := a.Metrics(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -151,6 +184,9 @@ func TestEveryResourceWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		ms := slow.Scrape(t)
+		s.slow = ms.Value(t, "watchcache_window_seconds", "resource", "events")
+		s.slowLower = ms.Value(t, "watchcache_window_lower_bound", "resource", "events")
 		eventsEtcd, err := c.EventsEtcdMetrics(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -169,6 +205,20 @@ func TestEveryResourceWindow(t *testing.T) {
 		}
 		if s.mainRevision, err = testcluster.Value(etcd, "etcd_debugging_mvcc_current_revision", nil); err != nil {
 			t.Fatal(err)
+		}
+		for _, r := range watched {
+			switch {
+			case len(samples) == 0:
+				held[r] = 0 // the capacity before is not known
+			case s.capacity[r] == samples[len(samples)-1].capacity[r]:
+				held[r] = min(s.capacity[r], held[r]+float64(received[r].Count(samples[len(samples)-1].at, s.at)))
+			default: // resized: what it held, at most the new capacity
+				held[r] = min(s.capacity[r], held[r])
+			}
+			s.full[r] = held[r] >= s.capacity[r]
+			if s.full[r] && s.at.Sub(start) >= steadyAfter {
+				full[r]++
+			}
 		}
 		samples = append(samples, s)
 	}
@@ -209,7 +259,7 @@ func TestEveryResourceWindow(t *testing.T) {
 	for _, r := range watched {
 		checked := 0
 		for _, s := range samples {
-			if s.at.Sub(start) < steadyAfter {
+			if s.at.Sub(start) < steadyAfter || !s.full[r] {
 				continue
 			}
 			if !(s.window[r] > 0) {
@@ -236,6 +286,28 @@ func TestEveryResourceWindow(t *testing.T) {
 			t.Errorf("%s: %d steady samples checked, want 5 or more", r, checked)
 		}
 	}
+	// The slow exporter's events window from its second round: the first
+	// sample where it changed, against the first exporter's of that sample
+	// (probed at most 2 s apart, the window moving well under 1% a second).
+	secondRound := false
+	for i, s := range samples {
+		if i == 0 || s.at.Sub(slowStart) < slowRound || sameFloat(s.slow, samples[i-1].slow) {
+			continue
+		}
+		secondRound = true
+		msg := fmt.Sprintf("events' window at %s: %.2f s measured every %s (lower bound %v), %.2f s every 2 s",
+			s.at.Sub(start).Round(time.Second), s.slow, slowRound, s.slowLower, s.window["events"])
+		if !(s.slow > 0) || s.slowLower != 0 || math.Abs(s.slow-s.window["events"]) > 0.02*s.window["events"] {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
+		break
+	}
+	if !secondRound {
+		t.Errorf("the slow exporter's events window never changed after %s (its second round)", slowRound)
+	}
+
 	if first := samples[0]; last.capacity["leases"] <= first.capacity["leases"] || last.capacity["leases"] == 100 {
 		t.Errorf("leases' cache capacity %v -> %v: it never doubled", first.capacity["leases"], last.capacity["leases"])
 	}
@@ -294,6 +366,9 @@ func TestEveryResourceWindow(t *testing.T) {
 		return ok
 	})
 }
+
+// sameFloat is a == b, NaN equal to NaN.
+func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
 
 // setup makes the namespace and the objects the writers patch.
 func setup(t *testing.T, admin kubernetes.Interface) {
