@@ -37,7 +37,7 @@ import (
 // Config is what a Horizon measures, and how often.
 type Config struct {
 	// Client lists, metadata only. Its requests are sequential: one in
-	// flight at a time.
+	// flight at a time, the checks' and the timed LIST's pages taking turns.
 	Client metadata.Interface
 	// Namespace and QuietName are the exporter's: the main etcd is probed
 	// with LISTs of the quiet ConfigMap, selected by name, which the
@@ -76,6 +76,11 @@ type Horizon struct {
 	errLog *ratelog.Logger
 	probes prometheus.Counter
 	errors *prometheus.CounterVec
+
+	// one request in flight at a time (serial): the client is unthrottled,
+	// so that a LIST is timed as the apiserver serves it, and this is its
+	// budget.
+	one sync.Mutex
 
 	mu      sync.Mutex
 	etcds   map[*rvclock.Clock]*etcd
@@ -141,6 +146,15 @@ func (h *Horizon) Run(ctx context.Context) {
 // lister lists one resource, in one namespace or all.
 type lister func(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
 
+// serial is l, called by one goroutine of h at a time.
+func (h *Horizon) serial(l lister) lister {
+	return func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+		h.one.Lock()
+		defer h.one.Unlock()
+		return l(ctx, opts)
+	}
+}
+
 // target is one etcd and how to reach it.
 type target struct {
 	clk      *rvclock.Clock
@@ -152,13 +166,13 @@ type target struct {
 // targets are the etcds known now: the main one, through the ConfigMaps of
 // the namespace, and each other one through a resource it holds.
 func (h *Horizon) targets() []target {
-	out := []target{{h.cfg.History.Clock, h.cfg.Client.Resource(configMaps).Namespace(h.cfg.Namespace).List, owned.NameSelector(h.cfg.QuietName), "configmaps"}}
+	out := []target{{h.cfg.History.Clock, h.serial(h.cfg.Client.Resource(configMaps).Namespace(h.cfg.Namespace).List), owned.NameSelector(h.cfg.QuietName), "configmaps"}}
 	seen := map[*rvclock.Clock]bool{h.cfg.History.Clock: true}
 	for _, r := range h.resources() {
 		clk, placed := h.cfg.History.ClockOf(r.Name())
 		if placed && !seen[clk] {
 			seen[clk] = true
-			out = append(out, target{clk, h.cfg.Client.Resource(r.GVR()).List, "", r.Name()})
+			out = append(out, target{clk, h.serial(h.cfg.Client.Resource(r.GVR()).List), "", r.Name()})
 		}
 	}
 	return out

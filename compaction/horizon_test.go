@@ -2,8 +2,11 @@ package compaction
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/watchcache/watchcache-exporter/internal/gathered"
@@ -351,4 +356,69 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestOneRequestAtATime: the checks and the timed LIST's pages share an
+// unthrottled client, so they take turns: never two of its requests in
+// flight, as an apiserver that counts them sees.
+func TestOneRequestAtATime(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var mu sync.Mutex
+	inFlight, most, pages, checks := 0, 0, 0, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		ours := q.Get("resourceVersionMatch") == "Exact" || q.Get("limit") == strconv.Itoa(PageSize)
+		if ours {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			if q.Get("limit") == strconv.Itoa(PageSize) {
+				pages++
+			} else {
+				checks++
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+		}
+		// 1200 pods, served in pages; RV 100, served at any exact RV.
+		l := metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadataList"},
+			ListMeta: metav1.ListMeta{ResourceVersion: "100"}}
+		if strings.HasSuffix(r.URL.Path, "/pods") {
+			n := int64(1199)
+			l.RemainingItemCount = &n
+			if q.Get("limit") == strconv.Itoa(PageSize) && q.Get("continue") != "2" {
+				c, _ := strconv.Atoi(q.Get("continue"))
+				l.Continue = strconv.Itoa(c + 1)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(l)
+	}))
+	defer srv.Close()
+	client, err := metadata.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := rvclock.NewHistory(16)
+	hist.Observe(100, time.Now())
+	set := resources.Fixed([]resources.Resource{{Version: "v1", Resource: "pods", Namespaced: true}})
+	objects := resources.NewObjects(client, set, hist, func(context.Context) (uint64, error) { return 100, nil }, prometheus.NewRegistry(), logr.Discard())
+	h := New(Config{Client: client, Namespace: "ns", QuietName: "quiet", History: hist, Resources: set, Objects: objects,
+		Interval: time.Millisecond, ListInterval: time.Millisecond}, prometheus.NewRegistry(), logr.Discard())
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { objects.Run(ctx, resources.Pace{Interval: time.Hour}) })
+	h.Run(ctx)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d checks and %d pages of timed LISTs, at most %d in flight", checks, pages, most)
+	if checks < 5 || pages < 6 {
+		t.Fatalf("%d checks and %d pages in 300 ms: the test did not make both kinds of request", checks, pages)
+	}
+	if most != 1 {
+		t.Errorf("%d requests in flight at once, want 1", most)
+	}
 }

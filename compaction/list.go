@@ -22,7 +22,7 @@ func (h *Horizon) runLists(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		if seconds, pages, ok := h.timeList(ctx, r.Name(), h.cfg.Client.Resource(r.GVR()).List); ok {
+		if seconds, pages, ok := h.timeList(ctx, r.Name(), h.serial(h.cfg.Client.Resource(r.GVR()).List)); ok {
 			h.mu.Lock()
 			h.list = timedList{r: r, seconds: seconds, pages: pages, done: true}
 			h.mu.Unlock()

@@ -124,6 +124,29 @@ const (
 	httpStopShare  = 0.1
 )
 
+// countsClient is the object counts' client: throttled to half of
+// --resources.budget (resCfg), and each 429 its caller's answer, counted,
+// not retried in silence.
+func countsClient(resCfg *rest.Config) (metadata.Interface, error) {
+	c := rest.CopyConfig(resCfg)
+	c.Wrap(finalanswer.Wrap)
+	return metadata.NewForConfig(c)
+}
+
+// compactionClient is the compaction prober's: its budget is its own, one
+// request in flight at a time (compaction.Horizon), and few of them (one per
+// etcd and --compaction.interval, about log2(revisions) more after a
+// compaction, a paginated LIST per --compaction.list-interval), so it is
+// unthrottled: the LIST is timed as the apiserver serves it. A 429 is its
+// caller's answer: counted, and a timed LIST it cuts short times nothing,
+// rather than the silent retries' seconds.
+func compactionClient(resCfg *rest.Config) (metadata.Interface, error) {
+	c := rest.CopyConfig(resCfg)
+	c.QPS = -1
+	c.Wrap(finalanswer.Wrap)
+	return metadata.NewForConfig(c)
+}
+
 // stopDeadline is the shutdown's deadline less share of its budget, for a
 // step that later steps follow; before the shutdown, a budget from now.
 func (p *parts) stopDeadline(share float64) time.Time {
@@ -269,7 +292,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 			log.WithName("collector").WithValues("apiserver", ep.ID))
 	}, cfg.graceDur, clock.RealClock{}, regs, log.WithName("apiservers"))
 	if p.resources != nil {
-		mc, err := metadata.NewForConfig(resCfg)
+		mc, err := countsClient(resCfg)
 		if err != nil {
 			return nil, err
 		}
@@ -279,12 +302,7 @@ func build(ctx context.Context, cfg config, slogger *slog.Logger, log logr.Logge
 		p.objects = resources.NewObjects(mc, p.resources, p.hist, current, regs, log.WithName("resources"))
 	}
 	if cfg.compactionIvl > 0 {
-		// Its requests are sequential and few (one per etcd and interval,
-		// and a paginated LIST per --compaction.list-interval), so unthrottled:
-		// the LIST is timed as the apiserver serves it.
-		listCfg := rest.CopyConfig(resCfg)
-		listCfg.QPS = -1
-		mc, err := metadata.NewForConfig(listCfg)
+		mc, err := compactionClient(resCfg)
 		if err != nil {
 			return nil, err
 		}

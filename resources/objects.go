@@ -169,6 +169,10 @@ func (o *Objects) list(ctx context.Context, r Resource) (seen listed, l *metav1.
 		if ctx.Err() == nil {
 			o.errors.WithLabelValues(r.Group, r.Resource, promopts.Reason(err)).Inc()
 			o.errLog.Error("objects-"+r.Name(), err, "cannot count the objects of a resource (list, limit=1)", "resource", r.Name())
+			// A 429 asks for a pause (its client does not retry it).
+			if d, _ := pause.Asked(err); d > 0 {
+				_ = pause.For(ctx, d)
+			}
 		}
 		return listed{}, nil
 	}
