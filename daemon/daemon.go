@@ -386,6 +386,7 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 	var loadWG, measureWG sync.WaitGroup
 	p.store.SetLeading(true)
 	defer p.store.SetLeading(false)
+	p.dropExtras(ctx)
 	loadWG.Go(func() { p.writer.Run(loadCtx) })
 	if p.cfg.idles() {
 		errLog := ratelog.New(p.log.WithName("poll"), 30*time.Second, time.Now)
@@ -425,6 +426,40 @@ func (p *parts) lead(ctx context.Context, held func() bool) {
 		p.log.Error(err, "deleting the exporter's ConfigMaps; those it could not delete are left, for the next exporter here to adopt, or for deleting by hand", "namespace", p.cfg.namespace, "owner", p.store.Owner(), "left", left)
 	} else {
 		p.log.Info("deleted the exporter's ConfigMaps", "namespace", p.cfg.namespace)
+	}
+}
+
+// dropExtras deletes the noise objects that quiet's record names and this
+// run does not make (a run killed with a higher --load.objects or another
+// --noise.prefix made them), those of ours only, then records this run's.
+// While some are left (RBAC grants get and delete on fewer names), the
+// record keeps naming them, and the log says how to delete them by hand.
+func (p *parts) dropExtras(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	quiet := p.cfg.quietName
+	recorded, err := p.store.Recorded(ctx, p.unthrottled, quiet)
+	if err != nil {
+		p.log.Error(err, "cannot read which noise objects the last run made: those it made beyond this run's are not deleted", "namespace", p.cfg.namespace, "name", quiet)
+		return
+	}
+	made := p.writer.Objects()
+	extras := slices.DeleteFunc(recorded, func(n string) bool { return slices.Contains(made, n) })
+	if len(extras) > 0 {
+		left, err := p.store.Delete(ctx, p.unthrottled, extras...)
+		if err != nil {
+			p.log.Error(err, "cannot delete the noise objects a previous run made beyond this run's (RBAC: get and delete on their names); delete them by hand",
+				"namespace", p.cfg.namespace, "left", left, "byHand", fmt.Sprintf("kubectl delete configmaps -n %s %s", p.cfg.namespace, strings.Join(left, " ")))
+			return
+		}
+		p.log.Info("deleted the noise objects a previous run made beyond this run's", "namespace", p.cfg.namespace, "count", len(extras), "first", extras[0])
+	}
+	prefix := p.cfg.noisePrefix
+	if len(made) == 0 {
+		prefix = ""
+	}
+	if err := p.store.Record(ctx, p.unthrottled, quiet, prefix, len(made)); err != nil {
+		p.log.Error(err, "cannot record which noise objects this run makes: if it is killed, the next run with fewer will not delete the rest", "namespace", p.cfg.namespace, "name", quiet)
 	}
 }
 

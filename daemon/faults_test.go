@@ -532,6 +532,69 @@ func TestFaults(t *testing.T) {
 		f.report()
 	})
 
+	t.Run("restarted with fewer objects than a killed run", func(t *testing.T) {
+		e.Stop(t)
+		// deploy/'s Role names the default 8 noise objects: the admin's
+		// rights for 12.
+		x := exportertest.StartProcess(t, c.AdminConfig(), "--namespace="+faultNS, "--load.rate=20", "--load.objects=12")
+		x.WaitFor(t, time.Minute, "12 noise objects and quiet", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_exporter_leader") == 1 && len(ownedConfigMaps(t, cms)) == 13
+		})
+		x.Kill(t)
+		// Its Lease would expire within a minute; what is tested here is
+		// what comes after.
+		if err := admin.CoordinationV1().Leases(faultNS).Delete(ctx, "watchcache-quiet", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// As deploy/'s Role says: to lower --load.objects, the names above
+		// the new count stay in a get and delete rule until the exporter
+		// has deleted them.
+		var extras []string
+		for i := 8; i < 12; i++ {
+			extras = append(extras, fmt.Sprintf("watchcache-noise-%d", i))
+		}
+		cleanup := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "watchcache-exporter-cleanup", Namespace: faultNS},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: extras, Verbs: []string{"get", "delete"}}}}
+		binding := rb.DeepCopy()
+		binding.ObjectMeta = metav1.ObjectMeta{Name: cleanup.Name, Namespace: faultNS}
+		binding.RoleRef.Name = cleanup.Name
+		if _, err := admin.RbacV1().Roles(faultNS).Create(ctx, cleanup, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.RbacV1().RoleBindings(faultNS).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = admin.RbacV1().RoleBindings(faultNS).Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+			_ = admin.RbacV1().Roles(faultNS).Delete(context.Background(), cleanup.Name, metav1.DeleteOptions{})
+		}()
+		f := begin(t)
+		y := exportertest.StartReady(t, sa, args...)
+		y.WaitFor(t, time.Minute, "the extras deleted: quiet and 8 noise objects left", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_exporter_leader") == 1 && len(ownedConfigMaps(t, cms)) == 9
+		})
+		f.detected()
+		y.WaitFor(t, 30*time.Second, "load", func(m exportertest.Metrics) bool {
+			return m.Value(t, "watchcache_load_writes_total", "result", "ok") > 0
+		})
+		f.recovered()
+		wantLog(t, y, "deleted the noise objects a previous run made beyond this run's")
+		quiet, err := cms.Get(ctx, "watchcache-quiet", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := quiet.Annotations[owned.NoiseObjectsAnnotation]; got != "8" {
+			t.Errorf("quiet records %q noise objects, want 8", got)
+		}
+		if code := y.Stop(t); code != 0 {
+			t.Errorf("exit status %d", code)
+		}
+		if left := ownedConfigMaps(t, cms); len(left) > 0 {
+			t.Errorf("ConfigMaps left after the stop: %v", left)
+		}
+		f.report()
+	})
+
 	t.Run("SIGTERM with the apiserver down", func(t *testing.T) {
 		e = startWriting(t, sa, args...)
 		if err := c.APIServer().Stop(); err != nil {

@@ -40,6 +40,14 @@ const (
 	OwnerAnnotation = "watchcache-exporter/owner"
 )
 
+// The record, on quiet, of the noise objects the leader makes: their
+// prefix and how many. The next leader deletes what the record names and it
+// does not make (a run killed with more objects, or another prefix).
+const (
+	NoisePrefixAnnotation  = "watchcache-exporter/noise-prefix"
+	NoiseObjectsAnnotation = "watchcache-exporter/noise-objects"
+)
+
 // Roles, the value of ComponentLabel.
 const (
 	RoleQuiet = "quiet"
@@ -368,6 +376,60 @@ func (s *Store) Touch(ctx context.Context, c kube.ConfigMapsGetter, name, key, v
 			return 0, err
 		}
 		return ParseRV(cm.ResourceVersion)
+	}
+}
+
+// Recorded reads the record of noise objects on quiet, creating quiet when
+// missing: the names it holds (none when quiet has no record).
+func (s *Store) Recorded(ctx context.Context, c kube.ConfigMapsGetter, quiet string) ([]string, error) {
+	if _, _, err := s.Ensure(ctx, c, quiet, RoleQuiet); err != nil {
+		return nil, err
+	}
+	cm, err := c.ConfigMaps(s.ns).Get(ctx, quiet, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(quiet, cm); err != nil {
+		return nil, err
+	}
+	prefix, count := cm.Annotations[NoisePrefixAnnotation], cm.Annotations[NoiseObjectsAnnotation]
+	if prefix == "" && count == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 0 || n > maxRecorded {
+		return nil, fmt.Errorf("configmap %s/%s: annotation %s=%q is not a count of objects", s.ns, quiet, NoiseObjectsAnnotation, count)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = prefix + strconv.Itoa(i)
+	}
+	return names, nil
+}
+
+// maxRecorded bounds the count a record may hold: --load.objects' limit.
+const maxRecorded = 1000
+
+// Record writes the record of noise objects on quiet, if ours: a read,
+// then an update the read's resourceVersion guards.
+func (s *Store) Record(ctx context.Context, c kube.ConfigMapsGetter, quiet, prefix string, count int) error {
+	for try := 1; ; try++ {
+		cm, err := c.ConfigMaps(s.ns).Get(ctx, quiet, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := s.check(quiet, cm); err != nil {
+			return err
+		}
+		if cm.Annotations[NoisePrefixAnnotation] == prefix && cm.Annotations[NoiseObjectsAnnotation] == strconv.Itoa(count) {
+			return nil
+		}
+		cm.Annotations[NoisePrefixAnnotation], cm.Annotations[NoiseObjectsAnnotation] = prefix, strconv.Itoa(count)
+		_, err = c.ConfigMaps(s.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && try < maxTries {
+			continue
+		}
+		return err
 	}
 }
 

@@ -309,3 +309,50 @@ func TestStandbyExportsNoLostCount(t *testing.T) {
 		t.Errorf("standing by: %d series, lost %v; want none", n, s.Lost())
 	}
 }
+
+// TestRecord: quiet records the noise objects made; Recorded reads them
+// back (none before a record, and quiet created when missing); a record
+// that is not a count is an error, not a guess.
+func TestRecord(t *testing.T) {
+	s, cs, _, _ := newTestStore(t)
+	ctx := t.Context()
+	c := typed.Core(cs.CoreV1())
+	if names, err := s.Recorded(ctx, c, "quiet"); err != nil || len(names) != 0 {
+		t.Fatalf("Recorded before any record: %v, %v; want none", names, err)
+	}
+	if cs.Get("quiet") == nil {
+		t.Fatal("Recorded did not create quiet")
+	}
+	if err := s.Record(ctx, c, "quiet", "noise-", 3); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.Recorded(ctx, c, "quiet"); err != nil || !slices.Equal(names, []string{"noise-0", "noise-1", "noise-2"}) {
+		t.Errorf("Recorded: %v, %v; want noise-0..2", names, err)
+	}
+	if err := s.Record(ctx, c, "quiet", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.Recorded(ctx, c, "quiet"); err != nil || len(names) != 0 {
+		t.Errorf("Recorded after a record of none: %v, %v", names, err)
+	}
+	for _, bad := range []string{"x", "-1", "1001"} {
+		cm := cs.Get("quiet")
+		cm.Annotations[NoiseObjectsAnnotation] = bad
+		if _, err := cs.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if names, err := s.Recorded(ctx, c, "quiet"); err == nil || !strings.Contains(err.Error(), NoiseObjectsAnnotation) {
+			t.Errorf("record %q: %v, %v; want an error naming the annotation", bad, names, err)
+		}
+	}
+	// Theirs: neither read nor written.
+	if _, err := cs.CoreV1().ConfigMaps("ns").Create(ctx, theirs("q2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Record(ctx, c, "q2", "noise-", 3); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Record on theirs: %v, want ErrNotOwned", err)
+	}
+	if _, err := s.Recorded(ctx, c, "q2"); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Recorded of theirs: %v, want ErrNotOwned", err)
+	}
+}
