@@ -197,7 +197,25 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(*out, final.Bytes(), 0o644)
+	report := final.String()
+	if old, err := os.ReadFile(*out); err == nil {
+		report = keepOthers(string(old), report)
+	}
+	return os.WriteFile(*out, []byte(report), 0o644)
+}
+
+// keepOthers adds to report the sections of old ("## N. ...") that report
+// has none of: those written by others than make bench (section 8, by a
+// test), in their order, after report's.
+func keepOthers(old, report string) string {
+	for _, section := range strings.Split(old, "\n## ")[1:] {
+		head := "## " + section[:strings.Index(section+"\n", "\n")]
+		if i := strings.Index(head, ". "); i < 0 || strings.Contains(report, "\n"+head[:i+2]) {
+			continue // not a numbered section (the summary), or written anew
+		}
+		report = strings.TrimRight(report, "\n") + "\n\n## " + strings.TrimRight(section, "\n") + "\n"
+	}
+	return report
 }
 
 func goVersion() string {
@@ -258,6 +276,12 @@ func (e *exporterProc) metric(name string, labels ...string) float64 {
 	if err != nil {
 		return math.NaN()
 	}
+	return value(fams, name, labels...)
+}
+
+// value is the sample of name with labels (name, value pairs) in fams; NaN
+// when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
 	want := map[string]string{}
 	for i := 0; i+1 < len(labels); i += 2 {
 		want[labels[i]] = labels[i+1]

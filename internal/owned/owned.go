@@ -77,7 +77,7 @@ type Store struct {
 	lostGauge *prometheus.GaugeVec    // no labels: absent on a standby
 	jsonPatch []byte                  // the tests of the noise patch, up to its value
 	refs      []metav1.OwnerReference // of the objects created; see OwnedBy
-	patchURLs sync.Map                // name -> the URL of its patch (string)
+	patchURLs sync.Map                // name -> the URL of its patch (*url.URL)
 
 	mu   sync.Mutex
 	lost map[string]time.Time // name -> when last checked

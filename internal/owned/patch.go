@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,25 +28,35 @@ import (
 func (s *Store) patch(ctx context.Context, rc *rest.RESTClient, name string, body []byte) (uint64, error) {
 	u, ok := s.patchURLs.Load(name)
 	if !ok {
-		u, _ = s.patchURLs.LoadOrStore(name, rc.Patch(types.JSONPatchType).Namespace(s.ns).Resource("configmaps").Name(name).URL().String())
+		u, _ = s.patchURLs.LoadOrStore(name, rc.Patch(types.JSONPatchType).Namespace(s.ns).Resource("configmaps").Name(name).URL())
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, u.(string), bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", string(types.JSONPatchType))
-	req.Header.Set("Accept", "application/json")
+	// The URL parsed once (parsing it took a fifth of each write's CPU),
+	// copied, as a transport may change its request's.
+	url := *u.(*url.URL)
+	req := (&http.Request{Method: http.MethodPatch, URL: &url, Host: url.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": patchType, "Accept": acceptJSON},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+	}).WithContext(ctx)
 	resp, err := rc.Client.Do(req)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
+	buf := answers.Get().(*bytes.Buffer)
+	defer answers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, 1<<20)); err != nil {
 		return 0, err
 	}
+	b := buf.Bytes()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return 0, responseError(resp, b, name)
+		return 0, responseError(resp, bytes.Clone(b), name)
+	}
+	if rv, ok := metadataRV(b); ok {
+		return ParseRV(rv)
 	}
 	var obj struct {
 		Metadata struct {
@@ -55,6 +67,42 @@ func (s *Store) patch(ctx context.Context, rc *rest.RESTClient, name string, bod
 		return 0, fmt.Errorf("patch configmap %s/%s: decoding the answer: %w", s.ns, name, err)
 	}
 	return ParseRV(obj.Metadata.ResourceVersion)
+}
+
+// The headers of every patch; never written.
+var (
+	patchType  = []string{string(types.JSONPatchType)}
+	acceptJSON = []string{"application/json"}
+)
+
+// answers are the buffers of the patches' answers: the load reads one per
+// write.
+var answers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// metadataRV finds the object's resourceVersion in the apiserver's JSON
+// without decoding the whole object (a tenth of the exporter's CPU at 100
+// writes/s went to that): the apiserver writes ObjectMeta's fields in their
+// order, resourceVersion before labels and annotations, the only places a
+// user's text could hold the key, and every quote inside a string is
+// escaped. ok is false when the answer is not written so: the caller decodes it.
+func metadataRV(b []byte) (rv string, ok bool) {
+	const key = `"resourceVersion":"`
+	meta := bytes.Index(b, []byte(`"metadata":{`))
+	i := bytes.Index(b, []byte(key))
+	if meta < 0 || i < meta {
+		return "", false
+	}
+	for _, other := range []string{`"labels":`, `"annotations":`, `"managedFields":`} {
+		if j := bytes.Index(b[meta:i], []byte(other)); j >= 0 {
+			return "", false
+		}
+	}
+	v := b[i+len(key):]
+	end := bytes.IndexByte(v, '"')
+	if end <= 0 {
+		return "", false
+	}
+	return string(v[:end]), true
 }
 
 // responseError is the error client-go would give for a failed answer: its

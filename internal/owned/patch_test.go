@@ -94,3 +94,33 @@ func TestSetSeqHTTP(t *testing.T) {
 		t.Errorf("422 on an object that lost its marks: %v, want ErrNotOwned", err)
 	}
 }
+
+// metadataRV finds the ConfigMap's own RV in the apiserver's JSON, whatever
+// its labels, annotations and data hold, and gives up (for a full decode)
+// where the JSON is not written in ObjectMeta's order.
+func TestMetadataRV(t *testing.T) {
+	cm := &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns", UID: "u", ResourceVersion: "12345",
+			Labels:        map[string]string{"resourceVersion": "1"},
+			Annotations:   map[string]string{"a": `"resourceVersion":"2"`, "resourceVersion": "3"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Data: map[string]string{"resourceVersion": "4"},
+	}
+	b, err := json.Marshal(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rv, ok := metadataRV(b); !ok || rv != "12345" {
+		t.Errorf("metadataRV = %q, %v; want 12345", rv, ok)
+	}
+	// Annotations before the RV (not the apiserver's order): not trusted.
+	if rv, ok := metadataRV([]byte(`{"metadata":{"annotations":{"resourceVersion":"3"},"resourceVersion":"9"}}`)); ok {
+		t.Errorf("metadataRV of out-of-order metadata = %q, want not found", rv)
+	}
+	for _, bad := range []string{`{}`, `{"data":{"resourceVersion":"4"}}`, `{"metadata":{"name":"n"}}`, `{"metadata":{"resourceVersion":""}}`} {
+		if rv, ok := metadataRV([]byte(bad)); ok {
+			t.Errorf("metadataRV(%s) = %q, want not found", bad, rv)
+		}
+	}
+}
