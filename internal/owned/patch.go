@@ -32,8 +32,8 @@ func (s *Store) patch(ctx context.Context, rc *rest.RESTClient, name string, bod
 	}
 	// The URL parsed once (parsing it took a fifth of each write's CPU),
 	// copied, as a transport may change its request's.
-	url := *u.(*url.URL)
-	req := (&http.Request{Method: http.MethodPatch, URL: &url, Host: url.Host,
+	to := *u.(*url.URL)
+	req := (&http.Request{Method: http.MethodPatch, URL: &to, Host: to.Host,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": patchType, "Accept": acceptJSON},
 		Body:          io.NopCloser(bytes.NewReader(body)),
