@@ -382,10 +382,12 @@ func (s *Store) Touch(ctx context.Context, c kube.ConfigMapsGetter, name, key, v
 // Recorded reads the record of noise objects on quiet, creating quiet when
 // missing: the names it holds (none when quiet has no record).
 func (s *Store) Recorded(ctx context.Context, c kube.ConfigMapsGetter, quiet string) ([]string, error) {
-	if _, _, err := s.Ensure(ctx, c, quiet, RoleQuiet); err != nil {
+	cm, err := c.ConfigMaps(s.ns).Get(ctx, quiet, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// A quiet made now holds no record.
+		_, _, err := s.Ensure(ctx, c, quiet, RoleQuiet)
 		return nil, err
 	}
-	cm, err := c.ConfigMaps(s.ns).Get(ctx, quiet, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
